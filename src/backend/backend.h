@@ -1,0 +1,58 @@
+// backend.h: the one interface the runtime sees. A backend owns the weights it computes with,
+// the KV cache and the scratch buffers; the runtime feeds it tokens and reads logits (or asks it
+// to sample). CPU and CUDA implement it; tests add scripted ones.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "model/model.h"
+
+namespace gem {
+
+enum class BackendKind { kCpu, kCuda };
+
+struct BackendOptions {
+  int n_ctx = 4096;                              // positions the cache holds
+  model::KvType kv_type = model::KvType::kF32;
+  int n_threads = 0;                             // 0 = all hardware threads
+  int n_tile = 256;                              // prompt tokens evaluated per layer pass
+  bool reference = false;                        // CPU: the plain scalar path instead of the fast one
+};
+
+// Called after each prompt tile: (tokens done, tokens total). Returning false cancels the eval.
+using TileCallback = std::function<bool(int done, int total)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual const BackendOptions& options() const = 0;
+
+  // Tokens already in the cache; the next eval starts at this position.
+  virtual int n_past() const = 0;
+
+  // Evaluates `tokens` at positions n_past() .. n_past()+n-1 in tiles of options().n_tile,
+  // writing their K/V. With all_logits, logits of every row are kept (row i = tokens[i]);
+  // otherwise only the last row's. On cancellation (callback returned false) returns an error
+  // whose message starts with "cancelled"; n_past() then counts the tiles that completed.
+  virtual Status eval(std::span<const int32_t> tokens, bool all_logits,
+                      const TileCallback& on_tile = {}) = 0;
+
+  // Logits (after the final soft-cap) of row `row` of the last eval; row -1 = the last row.
+  virtual std::span<const float> logits(int row = -1) = 0;
+
+  // Prefix reuse and rollback. checkpoint() marks the current n_past() as the restore point and
+  // starts journaling every sliding-ring slot overwritten after it; restore() puts back those
+  // slots and n_past() exactly as they were at the checkpoint. reset() empties the cache.
+  virtual void checkpoint() = 0;
+  virtual void restore() = 0;
+  virtual void reset() = 0;
+};
+
+}  // namespace gem

@@ -1,0 +1,51 @@
+// Test helpers (see test_util.h).
+#include "common/test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+
+namespace gem::test {
+namespace {
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && v[0] != '\0') ? std::string(v) : fallback;
+}
+}  // namespace
+
+std::string source_dir() { return env_or("GEM_SOURCE_DIR", "."); }
+std::string binary_dir() { return env_or("GEM_BINARY_DIR", source_dir() + "/build"); }
+std::string shared_dir() { return env_or("GEM_SHARED_DIR", source_dir() + "/../shared"); }
+std::string fixture(const std::string& rel) { return shared_dir() + "/fixtures/" + rel; }
+std::string gem_binary() { return binary_dir() + "/bin/gem"; }
+
+bool file_exists(const std::string& path) { return std::filesystem::exists(path); }
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string temp_dir() {
+  static std::string dir;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gem-test-XXXXXX").string();
+    char* made = mkdtemp(tmpl.data());
+    dir = made != nullptr ? std::string(made) : std::string("/tmp");
+    std::atexit([] { std::error_code ec; std::filesystem::remove_all(dir, ec); });
+  });
+  return dir;
+}
+
+}  // namespace gem::test
