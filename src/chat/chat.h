@@ -1,0 +1,29 @@
+// Chat formatting: OpenAI messages + tools -> the Gemma 4 prompt, byte for byte what the official
+// template (google-gemma-4-31B-it.jinja) renders through a real Jinja engine (spec §6).
+// Input gem cannot honour (image/audio parts, unknown roles, malformed tool schemas, tool
+// results without a matching call) is an error, never a silent drop.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+
+namespace gem::chat {
+
+struct RenderOptions {
+  bool add_generation_prompt = true;
+  bool enable_thinking = false;   // the template's enable_thinking variable
+  bool emit_bos_text = true;      // render the template's leading "<bos>" text
+};
+
+// `messages`: the OpenAI array; `tools`: the OpenAI tools array (or null / empty).
+Result<std::string> render(const nlohmann::json& messages, const nlohmann::json& tools,
+                           const RenderOptions& options);
+
+// The text the template appends as the generation prompt for these options
+// ("<|turn>model\n" plus, with thinking off, the empty thought channel), or "" when the
+// conversation ends in a tool call/response and generation continues the same model turn.
+std::string generation_prefix(const nlohmann::json& messages, const RenderOptions& options);
+
+}  // namespace gem::chat
