@@ -1,0 +1,28 @@
+// A fixed pool of worker threads for the CPU backend's parallel loops. parallel_for splits
+// [0, n) into contiguous chunks, one per thread, and returns when all are done; the calling
+// thread takes part. Nothing is allocated per call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace gem::cpu {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // 0 = hardware threads
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const;
+  // fn(begin, end, thread_index) over disjoint ranges covering [0, n).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
+
+  struct Impl;
+
+ private:
+  Impl* impl_;
+};
+
+}  // namespace gem::cpu
