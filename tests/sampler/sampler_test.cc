@@ -1,0 +1,216 @@
+// Sampler tests: each method's draw frequencies against the distribution computed independently
+// here (chi-square at alpha = 0.001 with a fixed seed), exclusion of truncated tokens, greedy
+// ties, penalties, and seed reproducibility.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "sampler/sampler.h"
+
+namespace gem {
+namespace {
+
+const std::vector<float> kLogits = {2.0f, 1.5f, 1.2f, 0.9f, 0.5f, 0.0f, -0.4f, -1.0f, 1.8f, 0.2f};
+
+std::vector<double> softmax_of(const std::vector<float>& l, const std::vector<int>& ids,
+                               double temp) {
+  std::vector<double> p(l.size(), 0.0);
+  double mx = -1e300;
+  for (int i : ids) mx = std::max(mx, static_cast<double>(l[i]));
+  double s = 0.0;
+  for (int i : ids) s += (p[i] = std::exp((l[i] - mx) / temp));
+  for (double& q : p) q /= s;
+  return p;
+}
+
+// Ids sorted by descending logit.
+std::vector<int> ranked(const std::vector<float>& l) {
+  std::vector<int> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+  return ids;
+}
+
+// Wilson-Hilferty approximation of the chi-square quantile at 1 - 0.001 (z = 3.0902).
+double chi2_critical(int df) {
+  const double z = 3.0902, k = df;
+  const double t = 1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k));
+  return k * t * t * t;
+}
+
+// Draws n tokens with sample_token and checks the histogram against `expected`: zero-probability
+// ids must never appear; the rest pass a chi-square test.
+void expect_distribution(const std::vector<float>& logits, const SamplingParams& params,
+                         const std::vector<int32_t>& history, const std::vector<double>& expected,
+                         const char* what) {
+  const int n = 40000;
+  Rng rng(12345);
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < n; ++i) {
+    int32_t t = sample_token(logits, params, history, rng.next_double());
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, static_cast<int32_t>(logits.size()));
+    counts[t]++;
+  }
+  double chi2 = 0.0;
+  int df = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (expected[i] == 0.0) {
+      EXPECT_EQ(counts[i], 0) << what << ": token " << i << " should be excluded";
+      continue;
+    }
+    const double e = expected[i] * n;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+    ++df;
+  }
+  if (df > 0) {
+    EXPECT_LT(chi2, chi2_critical(df)) << what << ": chi2 " << chi2 << " df " << df;
+  }
+}
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  std::vector<float> l = {0.1f, 3.0f, -2.0f, 3.0f};
+  EXPECT_EQ(sample_token(l, p, {}, 0.99), 1);
+  l[3] = 3.5f;
+  EXPECT_EQ(sample_token(l, p, {}, 0.0), 3);
+}
+
+TEST(Sampler, TemperatureMatchesScaledSoftmax) {
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.temperature = 0.7f;
+  std::vector<int> all(kLogits.size());
+  std::iota(all.begin(), all.end(), 0);
+  expect_distribution(kLogits, p, {}, softmax_of(kLogits, all, 0.7), "temperature 0.7");
+  p.temperature = 1.6f;
+  expect_distribution(kLogits, p, {}, softmax_of(kLogits, all, 1.6), "temperature 1.6");
+}
+
+TEST(Sampler, TopKKeepsTheKLargest) {
+  SamplingParams p;
+  p.top_k = 3;
+  p.top_p = 1.0f;
+  p.temperature = 1.0f;
+  std::vector<int> ids = ranked(kLogits);
+  ids.resize(3);
+  expect_distribution(kLogits, p, {}, softmax_of(kLogits, ids, 1.0), "top-k 3");
+}
+
+TEST(Sampler, TopPKeepsTheShortestPrefixReachingP) {
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 0.6f;
+  p.temperature = 1.0f;
+  // Independently: softmax at T=1 over all, walk in rank order until the sum reaches 0.6.
+  std::vector<int> all = ranked(kLogits);
+  std::vector<double> full = softmax_of(kLogits, all, 1.0);
+  std::vector<int> kept;
+  double cum = 0.0;
+  for (int id : all) {
+    kept.push_back(id);
+    cum += full[id];
+    if (cum >= 0.6) break;
+  }
+  ASSERT_GT(kept.size(), 1u);
+  ASSERT_LT(kept.size(), kLogits.size());
+  expect_distribution(kLogits, p, {}, softmax_of(kLogits, kept, 1.0), "top-p 0.6");
+}
+
+TEST(Sampler, MinPKeepsTokensAboveFractionOfTop) {
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.3f;
+  p.temperature = 1.0f;
+  std::vector<int> kept;
+  const float mx = *std::max_element(kLogits.begin(), kLogits.end());
+  for (int i = 0; i < static_cast<int>(kLogits.size()); ++i) {
+    if (std::exp(kLogits[i] - mx) >= 0.3) kept.push_back(i);
+  }
+  ASSERT_GT(kept.size(), 1u);
+  ASSERT_LT(kept.size(), kLogits.size());
+  expect_distribution(kLogits, p, {}, softmax_of(kLogits, kept, 1.0), "min-p 0.3");
+}
+
+TEST(Sampler, PenaltiesFollowLlamaCppFormula) {
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.temperature = 1.0f;
+  p.repeat_penalty = 1.3f;
+  p.frequency_penalty = 0.2f;
+  p.presence_penalty = 0.5f;
+  p.repeat_last_n = 4;
+  // Only the last 4 history tokens count: 0 (twice), 7, 2. Token 5 is outside the window.
+  const std::vector<int32_t> history = {5, 5, 0, 7, 0, 2};
+  std::vector<float> l = kLogits;
+  auto penalise = [&](int id, int count) {
+    l[id] = l[id] <= 0 ? l[id] * 1.3f : l[id] / 1.3f;
+    l[id] -= count * 0.2f + 0.5f;
+  };
+  penalise(0, 2);
+  penalise(7, 1);
+  penalise(2, 1);
+  std::vector<int> all(l.size());
+  std::iota(all.begin(), all.end(), 0);
+  expect_distribution(kLogits, p, history, softmax_of(l, all, 1.0), "penalties");
+}
+
+TEST(Sampler, CombinedChainTruncatesThenAppliesTemperature) {
+  SamplingParams p;
+  p.top_k = 5;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.temperature = 0.5f;
+  auto dist = sampling_distribution(kLogits, p, {});
+  ASSERT_FALSE(dist.empty());
+  ASSERT_LE(dist.size(), 5u);
+  double sum = 0.0;
+  for (auto& [id, q] : dist) sum += q;
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  // Sorted by probability; the top token is the arg-max.
+  EXPECT_EQ(dist.front().first, 0);
+  for (size_t i = 1; i < dist.size(); ++i) EXPECT_GE(dist[i - 1].second, dist[i].second);
+  std::vector<int> kept;
+  for (auto& [id, q] : dist) kept.push_back(id);
+  expect_distribution(kLogits, p, {}, softmax_of(kLogits, kept, 0.5), "chain");
+}
+
+TEST(Sampler, SameSeedSameTokensOtherSeedDiffers) {
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  std::vector<float> flat(1000, 0.0f);
+  auto run = [&](uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) out.push_back(sample_token(flat, p, {}, rng.next_double()));
+    return out;
+  };
+  EXPECT_EQ(run(7), run(7));
+  EXPECT_NE(run(7), run(8));
+}
+
+TEST(Sampler, RngIsUniform) {
+  Rng rng(99);
+  const int bins = 16, n = 160000;
+  std::vector<int> c(bins, 0);
+  for (int i = 0; i < n; ++i) {
+    double u = rng.next_double();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    c[static_cast<int>(u * bins)]++;
+  }
+  double chi2 = 0.0, e = static_cast<double>(n) / bins;
+  for (int k : c) chi2 += (k - e) * (k - e) / e;
+  EXPECT_LT(chi2, chi2_critical(bins - 1));
+}
+
+}  // namespace
+}  // namespace gem
