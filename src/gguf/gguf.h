@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/dtype.h"
@@ -33,9 +34,18 @@ enum class ValueType : uint32_t {
   kI64 = 11,
   kF64 = 12,
 };
-std::string_view value_type_name(ValueType t);  // "u32", "array", ...
+std::string_view value_type_name(ValueType t);  // "u32", "array", ...; "?" when unknown
+// Bytes of one element of a fixed-size type (0 for string, array and unknown types).
+uint64_t value_type_size(ValueType t);
 
-// One metadata entry. Scalars are decoded; strings are views into the mapping; arrays keep a
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+constexpr uint64_t kGgufDefaultAlignment = 32;
+constexpr uint32_t kGgufMaxDims = 4;
+
+// One metadata entry. Reader policy (stricter than the GGUF text, never stricter than what
+// llama.cpp writes): arrays of arrays are rejected; a bool byte must be 0 or 1; strings are not
+// checked for UTF-8 (vocabularies hold raw bytes); keys must be non-empty and unique.
+// Scalars are decoded; strings are views into the mapping; arrays keep a
 // view of their raw element bytes (numeric) or a vector of views (strings).
 struct KeyValue {
   std::string_view key;
@@ -56,6 +66,9 @@ struct KeyValue {
   std::vector<std::string_view> array_strings;  // when array_type == kString
 };
 
+// Tensor policy: n_dims 1..4, every dimension >= 1, element count below 2^63, ne[0] a multiple
+// of the type's block size, offset a multiple of the alignment, extent inside the file, no two
+// extents overlapping, names non-empty and unique.
 struct TensorInfo {
   std::string_view name;
   uint32_t n_dims = 0;
@@ -67,6 +80,8 @@ struct TensorInfo {
   uint64_t info_offset = 0;   // byte offset of this tensor's info record in the file
   const uint8_t* data = nullptr;  // view into the mapping
 };
+
+class Cursor;  // gguf.cc: the bounded reader
 
 class GgufFile {
  public:
@@ -110,6 +125,9 @@ class GgufFile {
  private:
   GgufFile() = default;
   Status parse_all();
+  Status parse_kvs(Cursor& cur, uint64_t n_kv);
+  Status parse_tensor_infos(Cursor& cur, uint64_t n_tensors);
+  Status check_tensor_extents();
 
   std::string path_;
   const uint8_t* base_ = nullptr;
@@ -120,6 +138,8 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> kvs_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> kv_index_;      // key -> index in kvs_
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 }  // namespace gem::gguf

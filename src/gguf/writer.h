@@ -20,6 +20,14 @@ class GgufWriter {
  public:
   explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32);
 
+  void add_u8(std::string_view key, uint8_t v);
+  void add_i8(std::string_view key, int8_t v);
+  void add_u16(std::string_view key, uint16_t v);
+  void add_i16(std::string_view key, int16_t v);
+  void add_i64(std::string_view key, int64_t v);
+  void add_f64(std::string_view key, double v);
+  // A numeric array of any fixed-size element type: `count` packed little-endian elements.
+  void add_array(std::string_view key, ValueType elem_type, const void* data, uint64_t count);
   void add_u32(std::string_view key, uint32_t v);
   void add_i32(std::string_view key, int32_t v);
   void add_u64(std::string_view key, uint64_t v);
@@ -40,11 +48,20 @@ class GgufWriter {
   void add_tensor_bytes(std::string_view name, DType type, std::vector<uint64_t> ne,
                         std::vector<uint8_t> bytes);
 
-  // Writes the whole file; `progress(done_bytes, total_bytes)` is called as data is written.
+  // Writes the whole file; `progress(done_bytes, total_bytes)` is called as data is written
+  // (about every 8 MiB). With `sparse_data` the tensor data is not written at all: the writer
+  // seeks over it and truncates the file to its full size, so a multi-gigabyte test model
+  // takes no disk blocks (its tensors read as zeros; fillers are not called).
   Status write(const std::string& path,
-               const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+               const std::function<void(uint64_t, uint64_t)>& progress = {},
+               bool sparse_data = false) const;
   // The whole file in memory (small files: tests).
   std::vector<uint8_t> to_bytes() const;
+  // Size in bytes of the file write() produces, and where its data section starts.
+  uint64_t file_size() const;
+  uint64_t data_offset() const;
+
+  static constexpr uint64_t kChunkBytes = 8ull << 20;  // filler chunk size in write()
 
  private:
   struct Tensor {
@@ -55,6 +72,8 @@ class GgufWriter {
     Filler fill;
   };
   std::vector<uint8_t> header_bytes(uint64_t* data_offset) const;
+  void add_key(std::string_view key, ValueType type);
+  uint64_t padded(uint64_t n) const { return (n + alignment_ - 1) / alignment_ * alignment_; }
 
   uint32_t version_;
   uint64_t alignment_;
