@@ -51,8 +51,12 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> from_gguf(const gguf::GgufFile& file);
   ~Tokenizer();
 
-  // add_bos: prepend exactly one <bos>. parse_special: recognise control tokens written in the
-  // text (user-defined tokens are always recognised, as in llama.cpp).
+  // add_bos: prepend exactly one <bos> (text starting with "<bos>" parsed as the token does not
+  // get a second one). parse_special: recognise control tokens written in the text (user-defined
+  // tokens are always recognised, as in llama.cpp; see is_control for the exception).
+  // Invalid UTF-8 never fails: each byte that does not belong to a valid sequence becomes its
+  // <0xXX> byte token, so decode(encode(x)) == x for any bytes x without "▁" (U+2581, which
+  // encodes like a space). llama.cpp instead replaces such bytes with U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
 
   // The bytes a token stands for ("▁" -> " ", <0xXX> -> one byte). Control tokens give their
@@ -66,6 +70,13 @@ class Tokenizer {
   TokenType token_type(int32_t id) const;
   int32_t find_token(std::string_view text) const;  // -1 when absent
   bool is_eog(int32_t id) const;                    // <eos>, <turn|>, <|tool_response>, eos_token_id
+  // Rendered only with render_special: control/unknown tokens, plus <eos>, <turn|> and
+  // <|tool_response>, which llama.cpp retypes as control on load (so with parse_special off the
+  // text "<|tool_response>" is NOT matched, although the file types it user-defined).
+  bool is_control(int32_t id) const;
+  bool add_bos() const;     // always true for Gemma 4 (llama.cpp forces it)
+  int32_t bos_id() const;   // tok::kBos
+  int32_t eos_id() const;   // tokenizer.ggml.eos_token_id (default tok::kEos)
 
   struct Impl;
 
