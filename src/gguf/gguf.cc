@@ -154,7 +154,7 @@ class Cursor {
   Status read_string(std::string_view* s, const std::string& what) {
     const uint64_t at = pos_;
     uint64_t len = 0;
-    GEM_RETURN_IF_ERROR(read(&len, what + " length"));
+    GEM_RETURN_IF_ERROR(read(&len, "the length of " + what));
     if (len > remaining()) {
       return errorf("%s: %s at byte %" PRIu64 ": length %" PRIu64 " exceeds the %" PRIu64
                     " bytes left in the file (size %" PRIu64 ")",
