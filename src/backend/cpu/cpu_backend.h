@@ -1,0 +1,27 @@
+// The CPU backend: Backend (backend.h) over ForwardCpu and the KV cache. Two flavours chosen by
+// BackendOptions::reference: the plain scalar reference and the fast path (threads, SIMD
+// matmuls). The weights stay in the model's mapping; nothing is copied.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "base/status.h"
+#include "model/model.h"
+
+namespace gem::cpu {
+
+// The model must outlive the backend. Fails on options it cannot honour (n_ctx, n_tile).
+Result<std::unique_ptr<Backend>> make_cpu_backend(const model::Model& model,
+                                                  const BackendOptions& options);
+
+// Memory the CPU backend allocated at creation (for tests and `gem` diagnostics). nullopt-like
+// zeros when `backend` is not a CPU backend.
+struct CpuBackendMemory {
+  uint64_t kv_bytes = 0;       // K+V storage (= model::kv_cache_bytes)
+  uint64_t scratch_bytes = 0;  // activations of one tile, attention scratch
+};
+CpuBackendMemory cpu_backend_memory(const Backend& backend);
+
+}  // namespace gem::cpu

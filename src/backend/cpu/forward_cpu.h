@@ -1,0 +1,73 @@
+// The Gemma 4 forward pass on the CPU: one tile of tokens through every layer in order, writing
+// K/V into the cache, then the tied head for the rows that need logits. Two flavours behind one
+// schedule: the reference (ops_ref + matmul_ref, obviously right) and the fast path (matmul with
+// threads, ops_fast).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/thread_pool.h"
+#include "model/model.h"
+
+namespace gem::cpu {
+
+// Scratch of one tile, allocated once from Config, n_tile and n_ctx (STYLE.md §3): nothing is
+// allocated per token. T = n_tile; D = the larger head width; G = the larger KV head count.
+struct Activations {
+  std::vector<float> x;        // [T, n_embd] residual stream
+  std::vector<float> h;        // [T, n_embd] normed input of a sub-block / final norm
+  std::vector<float> q;        // [T, n_heads * D] queries (normed, rotated)
+  std::vector<float> k;        // [T, G * D] keys of the tile (normed, rotated)
+  std::vector<float> v;        // [T, G * D] values of the tile (V-normed)
+  std::vector<float> attn;     // [T, n_heads * D] attention output, heads concatenated
+  std::vector<float> proj;     // [T, n_embd] attn_output / ffn_down output
+  std::vector<float> gate;     // [T, n_ff] gate projection, then gelu(gate) ⊙ up
+  std::vector<float> up;       // [T, n_ff]
+  std::vector<int32_t> pos;    // [T] positions of the tile's tokens
+  std::vector<float> scores;   // [n_threads, attn_scratch_per_thread] attention scores + accumulator
+  int64_t attn_scratch_per_thread = 0;
+  uint64_t bytes() const;
+};
+
+// Debug observer of named checkpoints ("attn_norm", "q_rope", "attn_out", "ffn_out", "out" per
+// layer; layer -1 for "embd" and "result_norm"): data is [n_tokens, width] f32. Off = empty.
+using TapFn = std::function<void(int layer, std::string_view name, const float* data,
+                                 int n_tokens, int width)>;
+
+class ForwardCpu {
+ public:
+  // pool runs the parallel loops of both flavours (the reference uses it only over matrix rows).
+  ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool reference, ThreadPool& pool);
+
+  // tokens[0..n_tokens) at positions pos0.. (n_tokens <= n_tile) through every layer; K/V land in
+  // `kv` (which holds positions < pos0). Then logits of rows first_logit_row .. n_tokens-1 into
+  // logits ([n_tokens - first_logit_row, n_vocab] f32, after the soft-cap); none when
+  // first_logit_row == n_tokens.
+  void forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvCache& kv,
+                    int first_logit_row, float* logits);
+
+  const Activations& activations() const { return act_; }
+  void set_tap(TapFn tap) { tap_ = std::move(tap); }
+
+ private:
+  void forward_layer(int layer, int n_tokens, int pos0, KvCache& kv);
+  // The ops, dispatched to the reference or the fast flavour.
+  void linear(const model::TensorView& w, const float* x, int n_tokens, float* y);
+  void norm(const float* x, const float* w, int64_t n_rows, int n_cols, float* y);
+  void tap(int layer, std::string_view name, const float* data, int n_tokens, int width);
+
+  const model::Model& model_;
+  const model::Config& cfg_;
+  int n_tile_;
+  bool reference_;
+  ThreadPool& pool_;
+  Activations act_;
+  std::vector<std::vector<double>> inv_freq_;  // [n_layers][head_dim/2] RoPE inverse frequencies
+  TapFn tap_;
+};
+
+}  // namespace gem::cpu
