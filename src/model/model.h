@@ -114,6 +114,25 @@ struct Model {
   Weights weights;
 };
 
+// The tensor manifest: every tensor a dense Gemma 4 file holds, in the order llama.cpp's converter
+// (and gguf_synth.py) writes them, with its GGUF shape (ne, innermost first) and storage class.
+// The single source for the loader's checks and for `gem synth`.
+enum class TensorRole {
+  kEmbedding,  // token_embd: Q8_0, Q6_K or F32
+  kMatrix,     // 2-D layer matrices: Q4_0 or F32
+  kVector,     // norms, layer_output_scale, rope_freqs: F32
+};
+struct ManifestEntry {
+  std::string name;           // GGUF name, e.g. "blk.7.attn_q.weight"
+  std::vector<uint64_t> ne;   // GGUF order
+  TensorRole role = TensorRole::kVector;
+  int layer = -1;             // -1 for the three global tensors
+};
+std::vector<ManifestEntry> tensor_manifest(const Config& config);
+// Storage types gem accepts for a role, and the phrase used in error messages.
+bool dtype_accepted(TensorRole role, DType type);
+std::string_view accepted_dtypes(TensorRole role);  // "Q4_0 or F32 for layer matrices"
+
 // Validates a parsed GGUF against the contract and binds the views.
 Result<std::unique_ptr<Model>> load_model(std::unique_ptr<gguf::GgufFile> file);
 // Maps and validates `path`.

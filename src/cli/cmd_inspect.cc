@@ -1,0 +1,107 @@
+// gem inspect: loads and validates a GGUF, then prints its profile, the layer plan, the tensors by
+// storage type and the weight and KV-cache memory; exits non-zero with the reason when rejected.
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "cli/command.h"
+#include "model/model.h"
+
+namespace gem::cli {
+namespace {
+
+struct InspectArgs {
+  std::string path;
+  int n_ctx = 4096;
+  std::string kv_type = "f32";
+};
+
+std::string bytes_str(uint64_t b) {
+  return strprintf("%llu B (%.2f GiB)", static_cast<unsigned long long>(b), b / 1073741824.0);
+}
+
+int run_inspect(const InspectArgs& a) {
+  auto kv = model::parse_kv_type(a.kv_type);
+  if (!kv.ok()) return fail("inspect", kv.message());
+  if (a.n_ctx < 1) return fail("inspect", strprintf("-c %d: the context must be at least 1", a.n_ctx));
+  auto loaded = model::load_model(a.path);
+  if (!loaded.ok()) return fail("inspect", "rejected: " + loaded.message());
+  const model::Model& m = **loaded;
+  const model::Config& c = m.config;
+  const gguf::GgufFile& f = *m.file;
+
+  std::string name = "?";
+  if (auto n = f.get_string("general.name"); n.ok()) name = std::string(*n);
+  std::printf("%s: Gemma 4 dense, profile %s (\"%s\"), GGUF v%u, %llu bytes\n", a.path.c_str(),
+              std::string(model::profile_name(c.profile)).c_str(), name.c_str(), f.version(),
+              static_cast<unsigned long long>(f.file_size()));
+  int n_full = 0;
+  for (bool s : c.sliding) n_full += s ? 0 : 1;
+  std::printf("  layers %d (%d sliding, %d full), n_embd %d, n_ff %d, heads %d, vocab %d\n", c.n_layers,
+              c.n_layers - n_full, n_full, c.n_embd, c.n_ff, c.n_heads, c.n_vocab);
+  std::printf("  sliding: %d KV heads x %d, window %d, rope theta %g; full: %d KV heads x %d, rope theta %g\n",
+              c.n_kv_heads_sliding, c.head_dim_sliding, c.sliding_window, c.rope_theta_sliding,
+              c.n_kv_heads_full, c.head_dim_full, c.rope_theta_full);
+  std::printf("  context_length %d, rms eps %g, final logit softcap %g\n", c.context_length, c.rms_eps,
+              c.final_logit_softcap);
+  if (c.sampling_temp || c.sampling_top_k || c.sampling_top_p || c.sampling_min_p) {
+    std::printf("  recommended sampling:%s%s%s%s\n",
+                c.sampling_temp ? strprintf(" temp %g", *c.sampling_temp).c_str() : "",
+                c.sampling_top_k ? strprintf(" top_k %d", *c.sampling_top_k).c_str() : "",
+                c.sampling_top_p ? strprintf(" top_p %g", *c.sampling_top_p).c_str() : "",
+                c.sampling_min_p ? strprintf(" min_p %g", *c.sampling_min_p).c_str() : "");
+  }
+
+  std::printf("\nlayer plan\n");
+  std::printf("  %5s  %-7s  %5s  %8s  %8s  %6s  %10s  %5s  %11s  %8s  %7s\n", "layer", "kind", "heads",
+              "kv_heads", "head_dim", "window", "rope_theta", "n_rot", "rot_pairs", "v_from_k", "kv_slot");
+  for (const model::LayerPlan& p : m.plan) {
+    const bool sliding = p.kind == model::AttnKind::kSliding;
+    std::printf("  %5d  %-7s  %5d  %8d  %8d  %6s  %10g  %5d  %4d of %3d  %8s  %7d\n", p.layer,
+                sliding ? "sliding" : "full", p.n_heads, p.n_kv_heads, p.head_dim,
+                sliding ? std::to_string(p.window).c_str() : "-", p.rope_theta, p.n_rot,
+                p.n_rot_pairs_active, p.n_rot / 2, p.v_from_k ? "yes" : "no", p.kv_slot);
+  }
+
+  // Tensors grouped by storage type.
+  struct Group {
+    int count = 0;
+    uint64_t bytes = 0;
+    uint64_t elems = 0;
+  };
+  std::map<std::string, Group> groups;
+  uint64_t weight_bytes = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    Group& g = groups[std::string(dtype_name(t.type))];
+    ++g.count;
+    g.bytes += t.n_bytes;
+    g.elems += t.n_elements;
+    weight_bytes += t.n_bytes;
+  }
+  std::printf("\ntensors: %zu\n", f.tensors().size());
+  for (const auto& [type, g] : groups) {
+    std::printf("  %-5s %5d tensors  %14llu parameters  %s\n", type.c_str(), g.count,
+                static_cast<unsigned long long>(g.elems), bytes_str(g.bytes).c_str());
+  }
+  std::printf("weights: %s\n", bytes_str(weight_bytes).c_str());
+
+  std::printf("\nKV cache (%s; sliding layers hold a ring of %d slots):\n", a.kv_type.c_str(), c.sliding_window);
+  std::printf("  at -c %d: %s\n", a.n_ctx, bytes_str(model::kv_cache_bytes(m.plan, a.n_ctx, *kv)).c_str());
+  std::printf("  at the training context %d: %s\n", c.context_length,
+              bytes_str(model::kv_cache_bytes(m.plan, c.context_length, *kv)).c_str());
+  return 0;
+}
+
+RunFn setup_inspect(CLI::App& sub) {
+  auto a = std::make_shared<InspectArgs>();
+  sub.add_option("file", a->path, "GGUF model file")->required();
+  sub.add_option("-c,--ctx-size", a->n_ctx, "context for the KV-cache figure (default 4096)");
+  sub.add_option("--kv-type", a->kv_type, "KV storage: f32 (default), f16 or f16-full")
+      ->check(CLI::IsMember({"f32", "f16", "f16-full"}));
+  return [a] { return run_inspect(*a); };
+}
+
+GEM_COMMAND(inspect, "Validate a GGUF and print its profile, layer plan, tensors and memory", setup_inspect);
+
+}  // namespace
+}  // namespace gem::cli
