@@ -15,6 +15,12 @@ struct RenderOptions {
   bool add_generation_prompt = true;
   bool enable_thinking = false;   // the template's enable_thinking variable
   bool emit_bos_text = true;      // render the template's leading "<bos>" text
+  // Not the template: when the generation prompt is requested but the template appended none
+  // although it closed the model turn (an assistant message with text after its tool results
+  // ends in "<turn|>\n"), open a new model turn as a normal generation prompt would
+  // (llama.cpp does the same in common_chat_params_init_gemma4). Servers should set this;
+  // off, render() is byte for byte the template.
+  bool reopen_model_turn = false;
 };
 
 // `messages`: the OpenAI array; `tools`: the OpenAI tools array (or null / empty).
@@ -24,6 +30,7 @@ Result<std::string> render(const nlohmann::json& messages, const nlohmann::json&
 // The text the template appends as the generation prompt for these options
 // ("<|turn>model\n" plus, with thinking off, the empty thought channel), or "" when the
 // conversation ends in a tool call/response and generation continues the same model turn.
+// "" too when the messages are invalid (render() reports why).
 std::string generation_prefix(const nlohmann::json& messages, const RenderOptions& options);
 
 }  // namespace gem::chat
