@@ -16,7 +16,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const;
-  // fn(begin, end, thread_index) over disjoint ranges covering [0, n).
+  // fn(begin, end, thread_index) over disjoint ranges covering [0, n): size() contiguous
+  // chunks, chunk c = [n*c/size(), n*(c+1)/size()), passed with thread_index = c (empty chunks
+  // are skipped). Chunks are claimed by whichever pool thread is free, so thread_index is the
+  // chunk, not an OS thread; it is unique among concurrent executions, so per-thread scratch
+  // indexed by it is safe. Not reentrant: fn must not call parallel_for, and one thread calls
+  // it at a time.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
 
   struct Impl;

@@ -1,0 +1,413 @@
+// matmul_ref (the specification), get_row, the activation rounding shared by every fast kernel,
+// the portable scalar tiles, and the threaded driver that splits rows and tiles tokens.
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/simd_kernels.h"
+#include "base/check.h"
+
+namespace gem::cpu {
+namespace {
+
+using detail::QuantizedX;
+using detail::TileFn;
+
+inline float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_f32(h);
+}
+
+// ---- Dequantisers (bit-exact: each value is one f32 product, as gguf-py computes it) ----
+
+void dequant_q4_0(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / kQK4_0; ++b) {
+    const uint8_t* blk = row + b * sizeof(BlockQ4_0);
+    const float d = half(blk);
+    const uint8_t* qs = blk + 2;
+    for (int j = 0; j < 16; ++j) {
+      out[b * 32 + j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+      out[b * 32 + j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void dequant_q8_0(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / kQK8_0; ++b) {
+    const uint8_t* blk = row + b * sizeof(BlockQ8_0);
+    const float d = half(blk);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2);
+    for (int j = 0; j < 32; ++j) out[b * 32 + j] = static_cast<float>(qs[j]) * d;
+  }
+}
+
+// Q6_K element i of a super-block: code = 4 low bits (ql) | 2 high bits (qh) << 4, scale sc[i/16].
+// Within each 128-value half h: element 128h + 32k + l (k = 0..3, l = 0..31) takes its low bits
+// from ql[64h + 32(k&1) + l] (low nibble for k < 2, high for k >= 2) and its high bits from
+// qh[32h + l] bits 2k..2k+1.
+inline int q6k_code(const BlockQ6_K& b, int i) {
+  const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+  const uint8_t lo = b.ql[64 * h + 32 * (k & 1) + l];
+  const int low = k < 2 ? (lo & 0x0F) : (lo >> 4);
+  const int high = (b.qh[32 * h + l] >> (2 * k)) & 3;
+  return low | high << 4;
+}
+
+void dequant_q6_k(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    BlockQ6_K blk;
+    std::memcpy(&blk, row + b * sizeof(BlockQ6_K), sizeof(blk));
+    const float d = fp16_to_f32(blk.d);
+    for (int i = 0; i < kQK_K; ++i) {
+      out[b * kQK_K + i] =
+          d * static_cast<float>(blk.scales[i / 16]) * static_cast<float>(q6k_code(blk, i) - 32);
+    }
+  }
+}
+
+void dequant_row(const model::TensorView& w, int64_t row, float* out) {
+  const uint8_t* p = w.data + static_cast<uint64_t>(row) * w.row_bytes();
+  switch (w.type) {
+    case DType::kF32:
+      std::memcpy(out, p, static_cast<size_t>(w.cols) * sizeof(float));
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = half(p + 2 * i);
+      return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < w.cols; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+      return;
+    case DType::kQ4_0:
+      return dequant_q4_0(p, w.cols, out);
+    case DType::kQ8_0:
+      return dequant_q8_0(p, w.cols, out);
+    case DType::kQ6_K:
+      return dequant_q6_k(p, w.cols, out);
+    default:
+      GEM_CHECK(false, "get_row(%.*s): dtype %.*s is not supported", static_cast<int>(w.name.size()),
+                w.name.data(), static_cast<int>(dtype_name(w.type).size()),
+                dtype_name(w.type).data());
+  }
+}
+
+void check_matmul_args(const model::TensorView& w, int n_tokens) {
+  GEM_CHECK(matmul_supports(w.type), "matmul(%.*s): dtype %.*s, expected F32, Q4_0, Q8_0 or Q6_K",
+            static_cast<int>(w.name.size()), w.name.data(),
+            static_cast<int>(dtype_name(w.type).size()), dtype_name(w.type).data());
+  GEM_CHECK(n_tokens >= 0 && w.rows >= 0 && w.cols >= 0, "matmul(%.*s): negative extent",
+            static_cast<int>(w.name.size()), w.name.data());
+  const int64_t blk = w.type == DType::kQ6_K ? kQK_K : (w.type == DType::kF32 ? 1 : 32);
+  GEM_CHECK(w.cols % blk == 0, "matmul(%.*s): cols %lld not a multiple of the block %lld",
+            static_cast<int>(w.name.size()), w.name.data(), static_cast<long long>(w.cols),
+            static_cast<long long>(blk));
+}
+
+// ---- Activation rounding (matmul.h: Q8_0-style for 32-blocks, Q8_K-style for Q6_K) ----
+
+// One 32-value block: d = amax/127 rounded to fp16; q = nearest-even(x·127/amax).
+inline float quantize_block32(const float* x, int8_t* q) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    // nearbyint rounds to nearest even under the default rounding mode, like cvtps2dq.
+    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * id)), -127, 127));
+  }
+  return fp16_to_f32(f32_to_fp16(amax / 127.0f));
+}
+
+// One 256-value block, as llama.cpp's quantize_row_q8_K_ref: m = the value of largest |x|,
+// q = nearest-even(x·(-127/m)) (at most 127), d = 1/(-127/m).
+inline float quantize_block256(const float* x, int8_t* q, int16_t* bsums) {
+  float amax = 0.0f, m = 0.0f;
+  for (int j = 0; j < 256; ++j) {
+    const float ax = std::fabs(x[j]);
+    if (ax > amax) {
+      amax = ax;
+      m = x[j];
+    }
+  }
+  if (amax == 0.0f) {
+    std::memset(q, 0, 256);
+    std::memset(bsums, 0, 16 * sizeof(int16_t));
+    return 0.0f;
+  }
+  const float iscale = -127.0f / m;
+  for (int j = 0; j < 256; ++j) {
+    q[j] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[j]))));
+  }
+  for (int g = 0; g < 16; ++g) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += q[g * 16 + j];
+    bsums[g] = static_cast<int16_t>(s);
+  }
+  return 1.0f / iscale;
+}
+
+// Buffers for the rounded x, grown once and kept per calling thread (nothing allocated per call
+// in steady state).
+struct XBuffers {
+  std::vector<int8_t> qs;
+  std::vector<float> d;
+  std::vector<int16_t> bsums;
+};
+thread_local XBuffers t_xbuf;
+
+void quantize_token(DType wt, const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bs) {
+  if (wt == DType::kQ6_K) {
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      d[b] = quantize_block256(x + 256 * b, qs + 256 * b, bs + 16 * b);
+    }
+  } else {
+    for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32(x + 32 * b, qs + 32 * b);
+  }
+}
+
+QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, ThreadPool& pool) {
+  QuantizedX q;
+  q.cols = cols;
+  if (wt == DType::kF32) {
+    q.xf = x;
+    q.n_blocks = 0;
+    return q;
+  }
+  const int64_t block = wt == DType::kQ6_K ? 256 : 32;
+  q.n_blocks = cols / block;
+  XBuffers& buf = t_xbuf;
+  const size_t n = static_cast<size_t>(n_tokens);
+  if (buf.qs.size() < n * cols) buf.qs.resize(n * cols);
+  if (buf.d.size() < n * q.n_blocks) buf.d.resize(n * q.n_blocks);
+  if (buf.bsums.size() < n * (cols / 16)) buf.bsums.resize(n * (cols / 16));
+  int8_t* qs = buf.qs.data();
+  float* d = buf.d.data();
+  int16_t* bs = buf.bsums.data();
+  const int64_t nb = q.n_blocks;
+  auto rows = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      quantize_token(wt, x + t * cols, cols, qs + t * cols, d + t * nb, bs + t * (cols / 16));
+    }
+  };
+  // One token of a few thousand values takes a few microseconds: not worth waking the pool.
+  if (n_tokens == 1) {
+    rows(0, 1, 0);
+  } else {
+    pool.parallel_for(n_tokens, rows);
+  }
+  q.qs = qs;
+  q.d = d;
+  q.bsums = bs;
+  return q;
+}
+
+// ---- Portable scalar tiles: the same integer arithmetic as the SIMD kernels ----
+
+void scalar_tile_f32(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1,
+                     int t0, int t1, float* y, int64_t ldy) {
+  const float* wf = w.f32();
+  for (int t = t0; t < t1; ++t) {
+    const float* xt = x.xf + t * x.cols;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* wr = wf + r * w.cols;
+      float acc[8] = {};
+      int64_t c = 0;
+      for (; c + 8 <= w.cols; c += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += wr[c + j] * xt[c + j];
+      }
+      for (; c < w.cols; ++c) acc[0] += wr[c] * xt[c];
+      float s = 0.0f;
+      for (float a : acc) s += a;
+      y[t * ldy + r] = s;
+    }
+  }
+}
+
+template <bool kQ4>
+void scalar_tile_q32(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1,
+                     int t0, int t1, float* y, int64_t ldy) {
+  const uint64_t rb = w.row_bytes();
+  const int64_t bb = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  for (int t = t0; t < t1; ++t) {
+    const int8_t* xq = x.qs + t * x.cols;
+    const float* xd = x.d + t * x.n_blocks;
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = w.data + r * rb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < x.n_blocks; ++b) {
+        const uint8_t* blk = row + b * bb;
+        const int8_t* q = xq + 32 * b;
+        int isum = 0;
+        if constexpr (kQ4) {
+          for (int j = 0; j < 16; ++j) {
+            isum += ((blk[2 + j] & 0x0F) - 8) * q[j] + ((blk[2 + j] >> 4) - 8) * q[j + 16];
+          }
+        } else {
+          const int8_t* wq = reinterpret_cast<const int8_t*>(blk + 2);
+          for (int j = 0; j < 32; ++j) isum += wq[j] * q[j];
+        }
+        acc += half(blk) * xd[b] * static_cast<float>(isum);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+void scalar_tile_q6_k(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1,
+                      int t0, int t1, float* y, int64_t ldy) {
+  const uint64_t rb = w.row_bytes();
+  for (int t = t0; t < t1; ++t) {
+    const int8_t* xq = x.qs + t * x.cols;
+    const float* xd = x.d + t * x.n_blocks;
+    const int16_t* xs = x.bsums + t * (x.cols / 16);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = w.data + r * rb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < x.n_blocks; ++b) {
+        BlockQ6_K blk;
+        std::memcpy(&blk, row + b * sizeof(BlockQ6_K), sizeof(blk));
+        const int8_t* q = xq + 256 * b;
+        // Σ_g sc_g Σ_i code_i q_i  -  32 Σ_g sc_g bsum_g  =  Σ_i sc (code_i - 32) q_i, exactly.
+        int isum = 0;
+        for (int g = 0; g < 16; ++g) {
+          int gsum = 0;
+          for (int j = 0; j < 16; ++j) gsum += q6k_code(blk, 16 * g + j) * q[16 * g + j];
+          isum += blk.scales[g] * (gsum - 32 * xs[16 * b + g]);
+        }
+        acc += fp16_to_f32(blk.d) * xd[b] * static_cast<float>(isum);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+// ---- The threaded driver ----
+
+// Rows per work unit: a unit's weights (16 rows × at most ~12 KB) stay in L2 while every token
+// tile of a chunk passes over them; a chunk of rounded x stays in L2 while all units of a thread
+// pass over it.
+constexpr int64_t kRowUnit = 16;
+constexpr int64_t kXChunkBytes = 256 * 1024;
+
+void run_matmul(const model::TensorView& w, const float* x, int n_tokens, float* y,
+                ThreadPool& pool, TileFn tile) {
+  check_matmul_args(w, n_tokens);
+  if (n_tokens == 0 || w.rows == 0) return;
+  const QuantizedX qx = quantize_x(w.type, x, w.cols, n_tokens, pool);
+  const int64_t rows = w.rows;
+  const int64_t x_bytes_per_token = w.type == DType::kF32 ? 4 * w.cols : w.cols;
+  const int chunk = static_cast<int>(
+      std::clamp<int64_t>(kXChunkBytes / std::max<int64_t>(1, x_bytes_per_token), 4, 64));
+  const int64_t n_units = (rows + kRowUnit - 1) / kRowUnit;
+  if (n_units >= pool.size() || n_tokens < 2 * pool.size()) {
+    // Split rows: every thread streams its own share of the weights once per token chunk.
+    pool.parallel_for(n_units, [&](int64_t u0, int64_t u1, int) {
+      for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
+        const int t1 = std::min(n_tokens, t0 + chunk);
+        for (int64_t u = u0; u < u1; ++u) {
+          tile(w, qx, u * kRowUnit, std::min(rows, (u + 1) * kRowUnit), t0, t1, y, rows);
+        }
+      }
+    });
+  } else {
+    // Few rows, many tokens: split the tokens instead.
+    pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1, int) {
+      tile(w, qx, 0, rows, static_cast<int>(t0), static_cast<int>(t1), y, rows);
+    });
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+TileFn scalar_tile_fn(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return scalar_tile_f32;
+    case DType::kQ4_0:
+      return scalar_tile_q32<true>;
+    case DType::kQ8_0:
+      return scalar_tile_q32<false>;
+    case DType::kQ6_K:
+      return scalar_tile_q6_k;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace detail
+
+bool matmul_supports(DType t) {
+  return t == DType::kF32 || t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ6_K;
+}
+
+void matmul_ref(const model::TensorView& w, const float* x, int n_tokens, float* y) {
+  check_matmul_args(w, n_tokens);
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequant_row(w, r, row.data());
+    for (int t = 0; t < n_tokens; ++t) {
+      const float* xt = x + static_cast<int64_t>(t) * w.cols;
+      double acc = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) acc += static_cast<double>(row[c]) * xt[c];
+      y[static_cast<int64_t>(t) * w.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void get_row(const model::TensorView& w, int64_t row, float* out) {
+  GEM_CHECK(row >= 0 && row < w.rows, "get_row(%.*s): row %lld outside [0, %lld)",
+            static_cast<int>(w.name.size()), w.name.data(), static_cast<long long>(row),
+            static_cast<long long>(w.rows));
+  dequant_row(w, row, out);
+}
+
+void round_activations(DType weight_type, const float* x, int64_t cols, float* out) {
+  if (weight_type == DType::kF32) {
+    std::memcpy(out, x, static_cast<size_t>(cols) * sizeof(float));
+    return;
+  }
+  const int64_t block = weight_type == DType::kQ6_K ? 256 : 32;
+  GEM_CHECK(cols % block == 0, "round_activations: cols %lld not a multiple of %lld",
+            static_cast<long long>(cols), static_cast<long long>(block));
+  std::vector<int8_t> q(static_cast<size_t>(cols));
+  std::vector<float> d(static_cast<size_t>(cols / block));
+  std::vector<int16_t> bs(static_cast<size_t>(cols / 16));
+  quantize_token(weight_type, x, cols, q.data(), d.data(), bs.data());
+  for (int64_t i = 0; i < cols; ++i) out[i] = static_cast<float>(q[i]) * d[i / block];
+}
+
+std::string_view matmul_isa() {
+#if defined(GEM_CPU_AVX2)
+  return detail::avx2_isa();
+#elif defined(GEM_CPU_NEON)
+  return "neon";
+#else
+  return "scalar";
+#endif
+}
+
+void matmul_scalar(const model::TensorView& w, const float* x, int n_tokens, float* y,
+                   ThreadPool& pool) {
+  run_matmul(w, x, n_tokens, y, pool, detail::scalar_tile_fn(w.type));
+}
+
+void matmul(const model::TensorView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
+  TileFn tile = nullptr;
+#if defined(GEM_CPU_AVX2)
+  tile = detail::avx2_tile_fn(w.type);
+#elif defined(GEM_CPU_NEON)
+  tile = detail::neon_tile_fn(w.type);
+#endif
+  if (tile == nullptr) tile = detail::scalar_tile_fn(w.type);
+  run_matmul(w, x, n_tokens, y, pool, tile);
+}
+
+}  // namespace gem::cpu

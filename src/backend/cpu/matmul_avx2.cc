@@ -1,0 +1,262 @@
+// AVX2+FMA+F16C matmul tiles (and AVX-512 ones where the compiler target has AVX512F/BW): an
+// R-row × T-token register tile walks the blocks of R weight rows once, reusing each unpacked
+// weight block for T tokens. Integer block dots use maddubs/madd, exactly; scales apply in f32.
+#include "backend/cpu/simd_kernels.h"
+
+#ifdef GEM_CPU_AVX2
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace gem::cpu::detail {
+namespace {
+
+inline float load_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i loadu256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// 16 Q4_0 bytes -> 32 signed weights in [-8, 7]: low nibbles are elements 0..15 (low lane),
+// high nibbles elements 16..31 (high lane).
+inline __m256i unpack_q4_0(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b),
+                                     _mm256_set1_epi8(0x0F));
+  return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+// Σ w·q over 32 int8 pairs as 8 int32 partial sums. maddubs wants one unsigned operand, so
+// multiply |w| by q·sign(w); q is never -128 (activations round into [-127, 127]) and pairs sum
+// to at most 2·128·127 < 2^15, so nothing saturates.
+inline __m256i dot32(__m256i abs_w, __m256i w, __m256i q) {
+  const __m256i p16 = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(q, w));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// ---- Q4_0 / Q8_0 (32-value blocks) ----
+
+template <bool kQ4, int R, int T>
+inline void micro_q32(const model::TensorView& w, const QuantizedX& x, int64_t r, int t, float* y,
+                      int64_t ldy) {
+  constexpr int64_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const uint64_t rb = w.row_bytes();
+  const uint8_t* wr[R];
+  for (int i = 0; i < R; ++i) wr[i] = w.data + (r + i) * rb;
+  const int8_t* xq[T];
+  const float* xd[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.cols;
+    xd[j] = x.d + (t + j) * x.n_blocks;
+  }
+  __m256 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < x.n_blocks; ++b) {
+    __m256i q[T];
+    for (int j = 0; j < T; ++j) q[j] = loadu256(xq[j] + 32 * b);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blk = wr[i] + b * kBlockBytes;
+      const float dw = load_half(blk);
+      const __m256i wv = kQ4 ? unpack_q4_0(blk + 2) : loadu256(blk + 2);
+      const __m256i aw = _mm256_sign_epi8(wv, wv);
+      for (int j = 0; j < T; ++j) {
+        const __m256 p = _mm256_cvtepi32_ps(dot32(aw, wv, q[j]));
+        acc[i][j] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * xd[j][b]), acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) y[(t + j) * ldy + r + i] = hsum(acc[i][j]);
+}
+
+// ---- Q6_K (256-value super-blocks) ----
+
+// Byte shuffles that spread scales (2p, 2p+1) over 8 bytes each, for group pair p = 0..7.
+alignas(16) constexpr uint8_t kScalePairShuffle[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+// Σ_i sc_{i/16}·code_i·q_i over one super-block, for T tokens, added to isum (int32 lanes).
+// Codes are unsigned 6-bit (0..63), so maddubs takes them directly; the -32 offset is applied
+// once per super-block through the activation group sums (bsums).
+template <int T>
+inline void q6k_block(const BlockQ6_K* blk, const int8_t* const* xq, int64_t b, __m256i* isum) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qla = loadu256(blk->ql + 64 * h);
+    const __m256i qlb = loadu256(blk->ql + 64 * h + 32);
+    const __m256i qh = loadu256(blk->qh + 32 * h);
+    // Codes of elements 128h + 32k + l, k = 0..3 (see q6k_code in matmul.cc).
+    const __m256i code[4] = {
+        _mm256_or_si256(_mm256_and_si256(qla, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+        _mm256_or_si256(_mm256_and_si256(qlb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), m4), _mm256_and_si256(qh, m30)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+    };
+    for (int k = 0; k < 4; ++k) {
+      const int pair = 4 * h + k;  // groups 2·pair (low lane) and 2·pair+1 (high lane)
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+          sc8, _mm_load_si128(reinterpret_cast<const __m128i*>(kScalePairShuffle[pair]))));
+      for (int j = 0; j < T; ++j) {
+        const __m256i p16 = _mm256_maddubs_epi16(code[k], loadu256(xq[j] + 256 * b + 32 * pair));
+        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p16, sc16));
+      }
+    }
+  }
+}
+
+template <int R, int T>
+inline void micro_q6_k(const model::TensorView& w, const QuantizedX& x, int64_t r, int t, float* y,
+                       int64_t ldy) {
+  const uint64_t rb = w.row_bytes();
+  const int8_t* xq[T];
+  const float* xd[T];
+  const int16_t* xs[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.cols;
+    xd[j] = x.d + (t + j) * x.n_blocks;
+    xs[j] = x.bsums + (t + j) * (x.cols / 16);
+  }
+  __m256 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < x.n_blocks; ++b) {
+    for (int i = 0; i < R; ++i) {
+      const auto* blk = reinterpret_cast<const BlockQ6_K*>(w.data + (r + i) * rb) + b;
+      __m256i isum[T];
+      for (int j = 0; j < T; ++j) isum[j] = _mm256_setzero_si256();
+      q6k_block<T>(blk, xq, b, isum);
+      const __m256i sc_all =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
+      const float dw = load_half(reinterpret_cast<const uint8_t*>(&blk->d));
+      for (int j = 0; j < T; ++j) {
+        // -32 · Σ_g sc_g · bsum_g
+        const __m256i corr = _mm256_madd_epi16(sc_all, loadu256(xs[j] + 16 * b));
+        const __m256i s = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(corr, 5));
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * xd[j][b]), acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) y[(t + j) * ldy + r + i] = hsum(acc[i][j]);
+}
+
+// ---- F32 ----
+
+template <int R, int T>
+inline void micro_f32(const model::TensorView& w, const QuantizedX& x, int64_t r, int t, float* y,
+                      int64_t ldy) {
+  const float* wr[R];
+  for (int i = 0; i < R; ++i) wr[i] = w.f32() + (r + i) * w.cols;
+  const float* xt[T];
+  for (int j = 0; j < T; ++j) xt[j] = x.xf + (t + j) * x.cols;
+  __m256 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= w.cols; c += 8) {
+    __m256 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm256_loadu_ps(wr[i] + c);
+    for (int j = 0; j < T; ++j) {
+      const __m256 xv = _mm256_loadu_ps(xt[j] + c);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      float s = hsum(acc[i][j]);
+      for (int64_t cc = c; cc < w.cols; ++cc) s += wr[i][cc] * xt[j][cc];
+      y[(t + j) * ldy + r + i] = s;
+    }
+  }
+}
+
+// ---- Tile drivers: token tiles of up to 4, rows in tiles of R with single-row remainders ----
+
+enum class Kind { kF32, kQ4_0, kQ8_0, kQ6_K };
+
+template <Kind K, int R, int T>
+inline void micro(const model::TensorView& w, const QuantizedX& x, int64_t r, int t, float* y,
+                  int64_t ldy) {
+  if constexpr (K == Kind::kF32) micro_f32<R, T>(w, x, r, t, y, ldy);
+  if constexpr (K == Kind::kQ4_0) micro_q32<true, R, T>(w, x, r, t, y, ldy);
+  if constexpr (K == Kind::kQ8_0) micro_q32<false, R, T>(w, x, r, t, y, ldy);
+  if constexpr (K == Kind::kQ6_K) micro_q6_k<R, T>(w, x, r, t, y, ldy);
+}
+
+template <Kind K, int R, int T>
+inline void rows_pass(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1,
+                      int t, float* y, int64_t ldy) {
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) micro<K, R, T>(w, x, r, t, y, ldy);
+  for (; r < r1; ++r) micro<K, 1, T>(w, x, r, t, y, ldy);
+}
+
+// Register budget (16 ymm): R·T float accumulators plus T activation blocks plus the unpacked
+// weights. Q6_K needs T more int32 sums per row, so it keeps one row per tile when T > 1.
+template <Kind K>
+void tile(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1, int t0, int t1,
+          float* y, int64_t ldy) {
+  constexpr int kRowsWide = K == Kind::kQ6_K ? 1 : 2;
+  int t = t0;
+  for (; t + 4 <= t1; t += 4) rows_pass<K, kRowsWide, 4>(w, x, r0, r1, t, y, ldy);
+  switch (t1 - t) {
+    case 3:
+      rows_pass<K, kRowsWide, 3>(w, x, r0, r1, t, y, ldy);
+      break;
+    case 2:
+      rows_pass<K, 2, 2>(w, x, r0, r1, t, y, ldy);
+      break;
+    case 1:
+      rows_pass<K, K == Kind::kQ6_K ? 2 : 4, 1>(w, x, r0, r1, t, y, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+TileFn avx2_tile_fn(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return tile<Kind::kF32>;
+    case DType::kQ4_0:
+      return tile<Kind::kQ4_0>;
+    case DType::kQ8_0:
+      return tile<Kind::kQ8_0>;
+    case DType::kQ6_K:
+      return tile<Kind::kQ6_K>;
+    default:
+      return nullptr;
+  }
+}
+
+const char* avx2_isa() { return "avx2"; }
+
+}  // namespace gem::cpu::detail
+
+#endif  // GEM_CPU_AVX2
