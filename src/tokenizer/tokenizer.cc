@@ -53,10 +53,21 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 uint64_t hash_bytes(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ULL ^ s.size();  // FNV-1a, finalised
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
+  // Eight bytes at a time; token texts are short, so this is a few multiplies per lookup.
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ s.size();
+  const char* p = s.data();
+  size_t n = s.size();
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = mix64(h ^ w);
+    p += 8;
+    n -= 8;
+  }
+  if (n > 0) {
+    uint64_t w = 0;
+    std::memcpy(&w, p, n);
+    h = mix64(h ^ w ^ (uint64_t(n) << 59));
   }
   return mix64(h);
 }
@@ -82,8 +93,13 @@ struct Tokenizer::Impl {
   // llama.cpp retypes as control on load (see `control_like` in from_gguf).
   std::vector<uint8_t> control_like;
 
-  // text -> id: open addressing over ids, hash of the text.
-  std::vector<int32_t> text_slots;
+  // text -> id: open addressing; each slot keeps the upper half of the text's hash so most
+  // mismatches are rejected without touching the text.
+  struct TextSlot {
+    uint32_t hash_hi;
+    int32_t id;  // -1: empty
+  };
+  std::vector<TextSlot> text_slots;
   size_t text_mask = 0;
 
   // (left id, right id) -> (rank, merged id): open addressing keyed by left << 32 | right.
@@ -123,26 +139,32 @@ struct Tokenizer::Impl {
   }
 
   int32_t find(std::string_view s) const {
-    size_t i = hash_bytes(s) & text_mask;
+    const uint64_t h = hash_bytes(s);
+    const uint32_t hi = uint32_t(h >> 32);
+    size_t i = h & text_mask;
     while (true) {
-      const int32_t id = text_slots[i];
-      if (id < 0) return -1;
-      if (text(id) == s) return id;
+      const TextSlot& slot = text_slots[i];
+      if (slot.id < 0) return -1;
+      if (slot.hash_hi == hi && text(slot.id) == s) return slot.id;
       i = (i + 1) & text_mask;
     }
   }
 
   void build_text_index() {
     const size_t n = types.size();
-    text_slots.assign(table_capacity(n), -1);
+    text_slots.assign(table_capacity(n), {0, -1});
     text_mask = text_slots.size() - 1;
     for (size_t id = 0; id < n; ++id) {
-      size_t i = hash_bytes(text(int32_t(id))) & text_mask;
-      while (text_slots[i] >= 0) {
-        if (text(text_slots[i]) == text(int32_t(id))) break;  // duplicate text: first id wins
+      const std::string_view t = text(int32_t(id));
+      const uint64_t h = hash_bytes(t);
+      const uint32_t hi = uint32_t(h >> 32);
+      size_t i = h & text_mask;
+      bool duplicate = false;  // a repeated text: the first id wins
+      while (text_slots[i].id >= 0 && !duplicate) {
+        duplicate = text_slots[i].hash_hi == hi && text(text_slots[i].id) == t;
         i = (i + 1) & text_mask;
       }
-      if (text_slots[i] < 0) text_slots[i] = int32_t(id);
+      if (!duplicate) text_slots[i] = {hi, int32_t(id)};
     }
   }
 
@@ -166,7 +188,21 @@ struct Tokenizer::Impl {
     return it == cp_other.end() ? -1 : it->second;
   }
 
-  void encode_raw(std::string_view frag, std::vector<int32_t>& out) const;
+  // Characters c for which some token contains c followed by "▁" (Gemma 4: only '>', from
+  // ">▁</"). Before a space that follows any other character no symbol can ever span, so BPE
+  // may run on the two sides separately (see encode_line).
+  std::vector<uint32_t> glue_before_space;
+  bool glues(uint32_t cp) const {
+    if (cp == ' ' || cp == kSpaceMarkerCp) return true;
+    return std::find(glue_before_space.begin(), glue_before_space.end(), cp) !=
+           glue_before_space.end();
+  }
+
+  // Memo of chunk -> ids already written to `out` (offset, count), for long inputs.
+  using ChunkCache = std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>>;
+
+  void encode_raw(std::string_view frag, std::vector<int32_t>& out, ChunkCache* cache) const;
+  void encode_line(const uint8_t* s, size_t n, std::vector<int32_t>& out, ChunkCache* cache) const;
   void bpe_word(const uint8_t* word, size_t n, std::vector<int32_t>& out) const;
 };
 
@@ -277,7 +313,8 @@ void Tokenizer::Impl::bpe_word(const uint8_t* word, size_t n, std::vector<int32_
 
 // A fragment without special tokens: pre-split into runs of '\n' and runs of anything else
 // (llama.cpp's GEMMA4 regex "[^\n]+|[\n]+"), then BPE each run.
-void Tokenizer::Impl::encode_raw(std::string_view frag, std::vector<int32_t>& out) const {
+void Tokenizer::Impl::encode_raw(std::string_view frag, std::vector<int32_t>& out,
+                                 ChunkCache* cache) const {
   const uint8_t* s = reinterpret_cast<const uint8_t*>(frag.data());
   const size_t n = frag.size();
   size_t pos = 0;
@@ -296,10 +333,61 @@ void Tokenizer::Impl::encode_raw(std::string_view frag, std::vector<int32_t>& ou
     } else {
       const void* nl = std::memchr(s + pos, '\n', n - pos);
       end = nl ? size_t(static_cast<const uint8_t*>(nl) - s) : n;
-      bpe_word(s + pos, end - pos, out);
+      encode_line(s + pos, end - pos, out, cache);
     }
     pos = end;
   }
+}
+
+// One BPE word of llama.cpp (a whole line: spaces do not split words). Speed-up with the same
+// result: cut it before each space whose preceding character never precedes "▁" inside a token
+// (glue_before_space). No merge result can span such a cut, so merges on either side never
+// interact and BPE on the pieces equals BPE on the line; pieces then repeat ("▁the") and are
+// memoised per call.
+void Tokenizer::Impl::encode_line(const uint8_t* s, size_t n, std::vector<int32_t>& out,
+                                  ChunkCache* cache) const {
+  auto emit = [&](size_t b, size_t e) {
+    if (cache == nullptr) {
+      bpe_word(s + b, e - b, out);
+      return;
+    }
+    const std::string_view key(reinterpret_cast<const char*>(s + b), e - b);
+    auto it = cache->find(key);
+    if (it != cache->end()) {
+      const size_t at = it->second.first, count = it->second.second;
+      for (size_t k = 0; k < count; ++k) out.push_back(out[at + k]);  // out may reallocate
+      return;
+    }
+    const size_t at = out.size();
+    bpe_word(s + b, e - b, out);
+    cache->emplace(key, std::make_pair(uint32_t(at), uint32_t(out.size() - at)));
+  };
+
+  size_t start = 0;
+  for (size_t pos = 1; pos < n; ++pos) {
+    const void* sp = std::memchr(s + pos, ' ', n - pos);
+    if (sp == nullptr) break;
+    pos = size_t(static_cast<const uint8_t*>(sp) - s);
+    if (pos == start) continue;
+    // The character that ends at pos: ASCII, or a valid multi-byte sequence found by backing
+    // up over continuation bytes (a valid lead byte cannot sit inside another sequence, so the
+    // forward split in bpe_word sees the same character). Anything else: no cut.
+    uint32_t cp = 0;
+    bool known = false;
+    if (s[pos - 1] < 0x80) {
+      cp = s[pos - 1];
+      known = true;
+    } else {
+      size_t b = pos - 1;
+      while (b > start && pos - b < 4 && (s[b] & 0xC0) == 0x80) --b;
+      known = utf8::decode(s + b, pos - b, &cp) == pos - b;
+    }
+    if (known && !glues(cp)) {
+      emit(start, pos);
+      start = pos;
+    }
+  }
+  emit(start, n);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -482,6 +570,31 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::GgufFile& fi
   // saves rewriting the text.
   im.cp_direct[' '] = im.cp_direct[kSpaceMarkerCp];
 
+  // Characters that precede "▁" inside some token.
+  for (size_t i = 0; i < n_vocab; ++i) {
+    const std::string_view t = im.text(int32_t(i));
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(t.data());
+    uint32_t prev = kSpaceMarkerCp;
+    bool prev_valid = false;
+    for (size_t k = 0; k < t.size();) {
+      uint32_t cp = 0;
+      size_t len = utf8::decode(p + k, t.size() - k, &cp);
+      if (len == 0) {
+        prev_valid = false;
+        k += 1;
+        continue;
+      }
+      if (cp == kSpaceMarkerCp && prev_valid && prev != kSpaceMarkerCp &&
+          std::find(im.glue_before_space.begin(), im.glue_before_space.end(), prev) ==
+              im.glue_before_space.end()) {
+        im.glue_before_space.push_back(prev);
+      }
+      prev = cp;
+      prev_valid = true;
+      k += len;
+    }
+  }
+
   // Newline runs that are tokens.
   for (size_t k = 1;; ++k) {
     const int32_t id = im.find(std::string(k, '\n'));
@@ -583,11 +696,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     frags.swap(next);
   }
 
+  // Memoising pieces pays off only on longer inputs.
+  Impl::ChunkCache cache;
+  Impl::ChunkCache* cache_ptr = nullptr;
+  if (text.size() >= 2048) {
+    cache.reserve(text.size() / 32);
+    cache_ptr = &cache;
+  }
   for (const Fragment& f : frags) {
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {
-      im.encode_raw(text.substr(f.offset, f.length), out);
+      im.encode_raw(text.substr(f.offset, f.length), out, cache_ptr);
     }
   }
   // Exactly one <bos>: text that starts with "<bos>" (parsed as the token) does not get a second

@@ -14,6 +14,7 @@
 
 #include "common/test_util.h"
 #include "gguf/writer.h"
+#include "mixed_text.h"
 
 namespace gem {
 namespace {
@@ -462,7 +463,7 @@ TEST_F(TokenizerTest, RandomStringsMatchReferenceAndRoundTrip) {
       "\"", "<", ">", "/", "{", "}", "(", ")", "=", "_", "-", "é", "Ä", "ß", "ñ", "日", "本",
       "語", "の", "中", "한", "Ж", "ж", "م", "ש", "न", "\u0301", "\u200b", "\u00a0", "½", "€",
       "🦙", "😁", "👍", "\U0001F3FD", "\u200d", "ﬁ", "Hello", " world", "ing", "tion", "http://",
-      "<table>", "<unused3>", "</s>", "<eos>x", "<|turn", "turn|>"};
+      "<table>", "<unused3>", "</s>", "<eos>x", "<|turn", "turn|>", "> </", ">", "é "};
   const std::vector<std::string> invalid = {"\xFF", "\x80", "\xE2\x96", "\xC3", "\xF0\x9F"};
   std::mt19937 rng(1234);
   for (int iter = 0; iter < 300; ++iter) {
@@ -518,6 +519,40 @@ TEST_F(TokenizerTest, RandomStringsMatchReferenceAndRoundTrip) {
     EXPECT_EQ(tok_->decode(got, false), s);
     EXPECT_EQ(show(got), show(naive().encode(s))) << "\"" << escaped(s) << "\"";
   }
+}
+
+// Long inputs take the memoised path (pieces cut before spaces, cached per call): the same ids
+// as encoding each line on its own, and as the naive reference on long random texts.
+TEST_F(TokenizerTest, LongInputsMatchShortOnes) {
+  const std::string text = bench::mixed_text(64 * 1024);
+  Ids by_piece;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = pos;
+    const bool nl = text[pos] == '\n';
+    while (end < text.size() && (text[end] == '\n') == nl) ++end;
+    const std::string piece = text.substr(pos, end - pos);
+    ASSERT_LT(piece.size(), 2048u);  // short: encoded without the memo
+    const Ids ids = tok_->encode(piece, false, false);
+    by_piece.insert(by_piece.end(), ids.begin(), ids.end());
+    pos = end;
+  }
+  const Ids whole = tok_->encode(text, false, false);
+  EXPECT_EQ(whole, by_piece);
+  EXPECT_EQ(tok_->decode(whole, false), text);
+
+  std::mt19937 rng(99);
+  const std::vector<std::string> atoms = {"the", " ", " ", "  ", "a", "é", "日本", "> </", ">",
+                                          " >", "!", "\n", "🦙", "\t", "x", "ing", "<b>"};
+  for (int iter = 0; iter < 4; ++iter) {
+    std::string s;
+    while (s.size() < 3000) s += atoms[rng() % atoms.size()];
+    EXPECT_EQ(show(tok_->encode(s, false, false)), show(naive().encode(s)));
+  }
+  // The one token with a character before "▁" (">▁</"): no cut may separate it.
+  EXPECT_EQ(pieces(tok_->encode("<b> </b>", false, false)), pieces(naive().encode("<b> </b>")));
+  std::string many;
+  while (many.size() < 4000) many += "<b> </b> x";
+  EXPECT_EQ(show(tok_->encode(many, false, false)), show(naive().encode(many)));
 }
 
 // ------------------------------------------------------------------ the loader's checks
