@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +17,8 @@
 namespace gem {
 
 enum class BackendKind { kCpu, kCuda };
+
+struct SamplingParams;  // sampler/sampler.h (only referenced here: backend does not depend on it)
 
 struct BackendOptions {
   int n_ctx = 4096;                              // positions the cache holds
@@ -53,6 +56,18 @@ class Backend {
   virtual void checkpoint() = 0;
   virtual void restore() = 0;
   virtual void reset() = 0;
+
+  // Picks the next token from the last row of the last eval on the backend itself (the CUDA
+  // backend: greedy with penalties on the GPU, 4 bytes to the host instead of the logits).
+  // Same contract as sample_token() in sampler/sampler.h; nullopt = not supported for these
+  // parameters, sample on the host from logits() instead.
+  virtual std::optional<int32_t> sample(const SamplingParams& params,
+                                        std::span<const int32_t> history, double coin) {
+    (void)params;
+    (void)history;
+    (void)coin;
+    return std::nullopt;
+  }
 };
 
 }  // namespace gem

@@ -1,0 +1,180 @@
+// Attention of one layer over the KV cache plus the tile's own fresh keys (flash decoding):
+// the visible key range of a group of queries is cut into n_splits pieces done by separate
+// blocks; each warp owns one (query, head) and runs an online softmax over its piece; a second
+// kernel merges the pieces and writes the output (and its q8 copy for the next product).
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels.cuh"
+
+namespace gem::cuda {
+namespace {
+
+constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge costs more
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+
+template <int D, typename T>
+__global__ void attention_kernel(AttnArgs a, int qpb) {
+  constexpr int kPL = D / 32;              // elements per lane
+  constexpr int kKG = D <= 256 ? 8 : 4;    // keys loaded together (memory-level parallelism)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = a.n_heads / a.n_kv;
+  const int g = blockIdx.x / a.n_splits, split = blockIdx.x % a.n_splits;
+  const int t0 = blockIdx.y * qpb;
+  const int tq = t0 + warp / r, j = g * r + warp % r;
+  if (tq >= a.n) return;
+  const int pos0 = a.sp->pos0;
+  const int t_last = min(t0 + qpb, a.n) - 1;
+  const int lo = a.window > 0 ? max(0, pos0 + t0 - a.window + 1) : 0;
+  const int hi = pos0 + t_last + 1;
+  const int len = hi - lo;
+  int chunk = (len + a.n_splits - 1) / a.n_splits;
+  chunk = chunk < kMinChunk ? kMinChunk : chunk;
+  const int k_begin = lo + split * chunk, k_end = min(hi, k_begin + chunk);
+  const int p = pos0 + tq;
+  const int kb = max(k_begin, a.window > 0 ? max(0, p - a.window + 1) : 0);
+  const int ke = min(k_end - 1, p);  // inclusive
+
+  float qv[kPL], acc[kPL];
+  const float* qrow = a.q + (static_cast<int64_t>(tq) * a.n_heads + j) * D;
+#pragma unroll
+  for (int i = 0; i < kPL; ++i) {
+    qv[i] = qrow[lane + 32 * i];
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const T* kc = static_cast<const T*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  const T* vc = static_cast<const T*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  for (int k0 = kb; k0 <= ke; k0 += kKG) {
+    float kv[kKG][kPL], vv[kKG][kPL], s[kKG];
+#pragma unroll
+    for (int u = 0; u < kKG; ++u) {
+      const int kp = k0 + u;
+      if (kp > ke) {
+#pragma unroll
+        for (int i = 0; i < kPL; ++i) kv[u][i] = vv[u][i] = 0.0f;
+      } else if (kp < pos0) {
+        const int64_t slot = a.ring ? kp % a.n_slots : kp;
+#pragma unroll
+        for (int i = 0; i < kPL; ++i) {
+          kv[u][i] = to_f(kc[slot * D + lane + 32 * i]);
+          vv[u][i] = to_f(vc[slot * D + lane + 32 * i]);
+        }
+      } else {
+        const int64_t off = (static_cast<int64_t>(kp - pos0) * a.n_kv + g) * D;
+#pragma unroll
+        for (int i = 0; i < kPL; ++i) {
+          kv[u][i] = a.k_tile[off + lane + 32 * i];
+          vv[u][i] = a.v_tile[off + lane + 32 * i];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKG; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPL; ++i) dot += qv[i] * kv[u][i];
+      s[u] = dot;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kKG; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+    }
+    float mg = m;
+#pragma unroll
+    for (int u = 0; u < kKG; ++u) {
+      if (k0 + u <= ke) mg = fmaxf(mg, s[u]);
+    }
+    const float corr = expf(m - mg);
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) acc[i] *= corr;
+#pragma unroll
+    for (int u = 0; u < kKG; ++u) {
+      const float pu = k0 + u <= ke ? expf(s[u] - mg) : 0.0f;
+      l += pu;
+#pragma unroll
+      for (int i = 0; i < kPL; ++i) acc[i] += pu * vv[u][i];
+    }
+    m = mg;
+  }
+  float* part = a.part + ((static_cast<int64_t>(tq) * a.n_heads + j) * a.n_splits + split) * (D + 2);
+  if (lane == 0) {
+    part[0] = m;
+    part[1] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPL; ++i) part[2 + lane + 32 * i] = acc[i];
+}
+
+// Merges the splits of one (query, head): block of D threads, thread d owns output element d.
+__global__ void attention_merge_kernel(AttnArgs a) {
+  const int t = blockIdx.x, j = blockIdx.y, d = threadIdx.x, D = a.head_dim;
+  const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * a.n_splits * (D + 2);
+  float mx = -INFINITY;
+  for (int sp = 0; sp < a.n_splits; ++sp) mx = fmaxf(mx, part[sp * (D + 2)]);
+  float l = 0.0f, o = 0.0f;
+  for (int sp = 0; sp < a.n_splits; ++sp) {
+    const float* ps = part + sp * (D + 2);
+    if (ps[1] == 0.0f) continue;  // a split whose keys were all invisible
+    const float w = expf(ps[0] - mx);
+    l += ps[1] * w;
+    o += ps[2 + d] * w;
+  }
+  const float v = o / l;
+  const int64_t row = static_cast<int64_t>(t) * a.n_heads * D;
+  a.out[row + j * D + d] = v;
+  if (a.outq.q) {
+    const int lane = d & 31;
+    const float amax = warp_max(fabsf(v));
+    const float s = amax / 127.0f;
+    const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
+    a.outq.q[row + j * D + d] = static_cast<int8_t>(qi);
+    const float qsum = warp_sum(static_cast<float>(qi));
+    if (lane == 0) a.outq.ds[row / 32 + (j * D + d) / 32] = make_float2(s, s * qsum);
+  }
+}
+
+template <int D>
+void launch(const AttnArgs& a, dim3 grid, int threads, int qpb, cudaStream_t s) {
+  if (a.f16) {
+    attention_kernel<D, __half><<<grid, threads, 0, s>>>(a, qpb);
+  } else {
+    attention_kernel<D, float><<<grid, threads, 0, s>>>(a, qpb);
+  }
+}
+
+}  // namespace
+
+size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits) {
+  return static_cast<size_t>(n) * n_heads * n_splits * (head_dim + 2);
+}
+
+void attention(const AttnArgs& a, cudaStream_t s) {
+  const int r = a.n_heads / a.n_kv;
+  int qpb = 8 / r;
+  qpb = qpb < 1 ? 1 : (qpb > a.n ? a.n : qpb);
+  const dim3 grid(a.n_kv * a.n_splits, (a.n + qpb - 1) / qpb);
+  const int threads = 32 * r * qpb;
+  switch (a.head_dim) {
+    case 32: launch<32>(a, grid, threads, qpb, s); break;
+    case 64: launch<64>(a, grid, threads, qpb, s); break;
+    case 128: launch<128>(a, grid, threads, qpb, s); break;
+    case 256: launch<256>(a, grid, threads, qpb, s); break;
+    case 512: launch<512>(a, grid, threads, qpb, s); break;
+    default:
+      std::fprintf(stderr, "attention: head_dim %d not supported (32..512, powers of 2)\n",
+                   a.head_dim);
+      std::abort();
+  }
+  GEM_CUDA_LAUNCHED();
+  attention_merge_kernel<<<dim3(a.n, a.n_heads), a.head_dim, 0, s>>>(a);
+  GEM_CUDA_LAUNCHED();
+}
+
+}  // namespace gem::cuda

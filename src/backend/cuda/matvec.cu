@@ -1,0 +1,255 @@
+// Matrix-vector products of decode (Q4_0/Q8_0 weights against q8 activations with dp4a; Q6_K
+// and F32 against f32), the fused gate|up GELU product, and the Q4_0/Q8_0/Q6_K/F32 → f16
+// dequantisation that feeds cuBLAS in prefill.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels.cuh"
+
+namespace gem::cuda {
+namespace {
+
+constexpr int kWarps = 8;       // warps per block of the matvec kernels
+constexpr int kRowsPerWarp = 4;  // rows of W per warp: each x block is loaded once for 4 rows
+
+__device__ __forceinline__ float q6k_value_mv(const uint8_t* sb, int j) {
+  const uint8_t* ql = sb + 64 * (j >> 7);
+  const uint8_t* qh = sb + 128 + 32 * (j >> 7);
+  const int8_t* sc = reinterpret_cast<const int8_t*>(sb + 192) + 8 * (j >> 7);
+  const int jj = j & 127, quarter = jj >> 5, l = jj & 31;
+  const int lo = (quarter & 1) ? ql[l + 32] : ql[l];
+  const int q = ((quarter & 2) ? (lo >> 4) : (lo & 15)) | (((qh[l] >> (2 * quarter)) & 3) << 4);
+  return static_cast<float>(sc[(l >> 4) + 2 * quarter]) * static_cast<float>(q - 32);
+}
+
+// Σ over one 32-weight block of (quant value)·xq, for Q4_0 (nibble − 8 folded in by the
+// caller through ds.y) or Q8_0.
+template <bool kQ8>
+__device__ __forceinline__ int block_dot(const uint8_t* wrow, int b, int4 x0, int4 x1) {
+  if constexpr (kQ8) {
+    const int4 w0 = reinterpret_cast<const int4*>(wrow)[2 * b];
+    const int4 w1 = reinterpret_cast<const int4*>(wrow)[2 * b + 1];
+    int dp = __dp4a(w0.x, x0.x, 0);
+    dp = __dp4a(w0.y, x0.y, dp);
+    dp = __dp4a(w0.z, x0.z, dp);
+    dp = __dp4a(w0.w, x0.w, dp);
+    dp = __dp4a(w1.x, x1.x, dp);
+    dp = __dp4a(w1.y, x1.y, dp);
+    dp = __dp4a(w1.z, x1.z, dp);
+    dp = __dp4a(w1.w, x1.w, dp);
+    return dp;
+  } else {
+    const int4 w = reinterpret_cast<const int4*>(wrow)[b];
+    const int m = 0x0F0F0F0F;
+    int dp = __dp4a(w.x & m, x0.x, 0);
+    dp = __dp4a(w.y & m, x0.y, dp);
+    dp = __dp4a(w.z & m, x0.z, dp);
+    dp = __dp4a(w.w & m, x0.w, dp);
+    dp = __dp4a((w.x >> 4) & m, x1.x, dp);
+    dp = __dp4a((w.y >> 4) & m, x1.y, dp);
+    dp = __dp4a((w.z >> 4) & m, x1.z, dp);
+    dp = __dp4a((w.w >> 4) & m, x1.w, dp);
+    return dp;
+  }
+}
+
+template <bool kQ8>
+__device__ __forceinline__ float block_term(const uint8_t* wrow, const __half* drow, int b,
+                                            int4 x0, int4 x1, float2 ds) {
+  const float dw = __half2float(drow[b]);
+  const float dp = static_cast<float>(block_dot<kQ8>(wrow, b, x0, x1));
+  return kQ8 ? dw * ds.x * dp : dw * (ds.x * dp - 8.0f * ds.y);
+}
+
+// y[t, r] for kRowsPerWarp consecutive rows per warp; blockIdx.y = token t.
+template <bool kQ8>
+__global__ void __launch_bounds__(kWarps * 32)
+    matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
+                    const int8_t* xq, const float2* xds, float* y, float cap) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRowsPerWarp;
+  if (row0 >= rows) return;
+  const int t = blockIdx.y, nb = cols / 32;
+  const int64_t row_bytes = kQ8 ? cols : cols / 2;
+  const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
+  const float2* ds = xds + static_cast<int64_t>(t) * nb;
+  float acc[kRowsPerWarp] = {};
+  for (int b = lane; b < nb; b += 32) {
+    const int4 x0 = x4[2 * b], x1 = x4[2 * b + 1];
+    const float2 s = ds[b];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t row = row0 + r;
+      if (row < rows) acc[r] += block_term<kQ8>(qs + row * row_bytes, d + row * nb, b, x0, x1, s);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < rows) {
+      y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+    }
+  }
+}
+
+// Two output rows per warp: gelu_tanh(gate·x)·(up·x).
+__global__ void __launch_bounds__(kWarps * 32)
+    matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
+                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 2;
+  if (row0 >= rows) return;
+  const int t = blockIdx.y, nb = cols / 32;
+  const int64_t row_bytes = cols / 2;
+  const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
+  const float2* ds = xds + static_cast<int64_t>(t) * nb;
+  float acc[4] = {};
+  for (int b = lane; b < nb; b += 32) {
+    const int4 x0 = x4[2 * b], x1 = x4[2 * b + 1];
+    const float2 s = ds[b];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = row0 + r;
+      if (row < rows) {
+        acc[r] += block_term<false>(gq + row * row_bytes, gd + row * nb, b, x0, x1, s);
+        acc[2 + r] += block_term<false>(uq + row * row_bytes, ud + row * nb, b, x0, x1, s);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float vg = warp_sum(acc[r]), vu = warp_sum(acc[2 + r]);
+    if (lane == 0 && row0 + r < rows) g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
+  }
+}
+
+// One warp per row, f32 activations: F32 or Q6_K weights (the test models' and the Q6_K head).
+__global__ void matvec_f_kernel(DevMatrix w, const float* x, float* y, float cap) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= w.rows) return;
+  const int t = blockIdx.y;
+  const int64_t cols = w.cols;
+  const float* xr = x + t * cols;
+  float acc = 0.0f;
+  if (w.type == WType::kQ6_K) {
+    const int64_t nsb = cols / 256;
+    const uint8_t* base = w.raw + row * nsb * 210;
+    for (int64_t sbi = 0; sbi < nsb; ++sbi) {
+      const uint8_t* sb = base + sbi * 210;
+      float part = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int j = lane + 32 * k;
+        part += q6k_value_mv(sb, j) * xr[sbi * 256 + j];
+      }
+      acc += part * __half2float(*reinterpret_cast<const __half*>(sb + 208));
+    }
+  } else {
+    const float* wr = reinterpret_cast<const float*>(w.raw) + row * cols;
+    for (int64_t c = lane; c < cols; c += 32) acc += wr[c] * xr[c];
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[t * w.rows + row] = cap > 0.0f ? cap * tanhf(acc / cap) : acc;
+}
+
+// One thread per 32-weight block of rows [r0, r0+nr).
+__global__ void dequant_f16_kernel(DevMatrix w, int64_t r0, int64_t nr, __half* out) {
+  const int64_t cols = w.cols, nb = cols / 32, total = nr * nb;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = r0 + i / nb, b = i % nb;
+    __half* o = out + (i / nb) * cols + b * 32;
+    __align__(16) __half v[32];
+    if (w.type == WType::kQ4_0) {
+      const float dw = __half2float(w.d[r * nb + b]);
+      const uint4 q = reinterpret_cast<const uint4*>(w.qs + r * (cols / 2))[b];
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t byte = (words[j / 4] >> (8 * (j % 4))) & 0xFF;
+        v[j] = __float2half_rn(static_cast<float>(static_cast<int>(byte & 15) - 8) * dw);
+        v[j + 16] = __float2half_rn(static_cast<float>(static_cast<int>(byte >> 4) - 8) * dw);
+      }
+    } else if (w.type == WType::kQ8_0) {
+      const float dw = __half2float(w.d[r * nb + b]);
+      const int8_t* q = reinterpret_cast<const int8_t*>(w.qs) + r * cols + b * 32;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) v[j] = __float2half_rn(static_cast<float>(q[j]) * dw);
+    } else if (w.type == WType::kQ6_K) {
+      const uint8_t* sb = w.raw + (r * (cols / 256) + b / 8) * 210;
+      const float dw = __half2float(*reinterpret_cast<const __half*>(sb + 208));
+#pragma unroll
+      for (int j = 0; j < 32; ++j) v[j] = __float2half_rn(q6k_value_mv(sb, (b % 8) * 32 + j) * dw);
+    } else {
+      const float* f = reinterpret_cast<const float*>(w.raw) + r * cols + b * 32;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) v[j] = __float2half_rn(f[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) reinterpret_cast<uint4*>(o)[j] = reinterpret_cast<const uint4*>(v)[j];
+  }
+}
+
+// GGUF Q4_0 (18-byte) / Q8_0 (34-byte) blocks → the split layout; one thread per block.
+__global__ void repack_kernel(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs,
+                              __half* d) {
+  const int qbytes = q8 ? 32 : 16, bbytes = qbytes + 2;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_blocks;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint8_t* b = raw + i * bbytes;
+    d[i] = __ushort_as_half(static_cast<unsigned short>(b[0] | (b[1] << 8)));
+    for (int k = 0; k < qbytes; ++k) qs[i * qbytes + k] = b[2 + k];
+  }
+}
+
+}  // namespace
+
+void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
+                   cudaStream_t s) {
+  const int64_t blocks = (n_blocks + 255) / 256;
+  repack_kernel<<<static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(raw, n_blocks,
+                                                                                      q8, qs, d);
+  GEM_CUDA_LAUNCHED();
+}
+
+void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
+            cudaStream_t s) {
+  if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
+    const int64_t rows_per_block = kWarps * kRowsPerWarp;
+    const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
+    if (w.type == WType::kQ4_0) {
+      matvec_q_kernel<false><<<grid, kWarps * 32, 0, s>>>(w.qs, w.d, w.rows,
+                                                          static_cast<int>(w.cols), xq.q, xq.ds,
+                                                          y, cap);
+    } else {
+      matvec_q_kernel<true><<<grid, kWarps * 32, 0, s>>>(w.qs, w.d, w.rows,
+                                                         static_cast<int>(w.cols), xq.q, xq.ds,
+                                                         y, cap);
+    }
+  } else {
+    const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
+    matvec_f_kernel<<<grid, kWarps * 32, 0, s>>>(w, x, y, cap);
+  }
+  GEM_CUDA_LAUNCHED();
+}
+
+void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                  cudaStream_t s) {
+  const int64_t rows_per_block = kWarps * 2;
+  const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
+  matvec_gated_kernel<<<grid, kWarps * 32, 0, s>>>(gate.qs, gate.d, up.qs, up.d, gate.rows,
+                                                   static_cast<int>(gate.cols), xq.q, xq.ds, g);
+  GEM_CUDA_LAUNCHED();
+}
+
+void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaStream_t s) {
+  const int64_t total = nr * (w.cols / 32);
+  const int64_t blocks = (total + 255) / 256;
+  dequant_f16_kernel<<<static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(
+      w, r0, nr, out);
+  GEM_CUDA_LAUNCHED();
+}
+
+}  // namespace gem::cuda

@@ -1,0 +1,286 @@
+// Element-wise and row-wise ops of the forward: embedding lookup, RMS norms fused with the
+// residual epilogues, the attention prologue (per-head norms, RoPE), KV-cache stores, q8
+// quantisation of activations, GELU gating and the soft-cap.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels.cuh"
+
+namespace gem::cuda {
+namespace {
+
+// Value (without the super-block scale d) of weight j of one Q6_K super-block (spec §1).
+__device__ __forceinline__ float q6k_value(const uint8_t* sb, int j) {
+  const uint8_t* ql = sb;
+  const uint8_t* qh = sb + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(sb + 192);
+  const int h = j >> 7, jj = j & 127, quarter = jj >> 5, l = jj & 31, s = l >> 4;
+  ql += 64 * h;
+  qh += 32 * h;
+  sc += 8 * h;
+  int q;
+  switch (quarter) {
+    case 0: q = (ql[l] & 15) | (((qh[l] >> 0) & 3) << 4); break;
+    case 1: q = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4); break;
+    case 2: q = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4); break;
+    default: q = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4); break;
+  }
+  return static_cast<float>(sc[s + 2 * quarter]) * static_cast<float>(q - 32);
+}
+
+__device__ __forceinline__ float q6k_scale(const uint8_t* sb) {
+  return __half2float(*reinterpret_cast<const __half*>(sb + 208));
+}
+
+__global__ void embed_kernel(DevMatrix emb, const int32_t* tokens, float scale, float* x) {
+  const int t = blockIdx.x;
+  const int64_t row = tokens[t];
+  const int64_t cols = emb.cols;
+  float* out = x + t * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v;
+    if (emb.type == WType::kQ8_0) {
+      v = static_cast<float>(reinterpret_cast<const int8_t*>(emb.qs)[row * cols + c]) *
+          __half2float(emb.d[row * (cols / 32) + c / 32]);
+    } else if (emb.type == WType::kQ4_0) {
+      const uint8_t b = emb.qs[row * (cols / 2) + (c / 32) * 16 + (c % 16)];
+      const int nib = (c % 32) < 16 ? (b & 15) : (b >> 4);
+      v = static_cast<float>(nib - 8) * __half2float(emb.d[row * (cols / 32) + c / 32]);
+    } else if (emb.type == WType::kQ6_K) {
+      const uint8_t* sb = emb.raw + (row * (cols / 256) + c / 256) * 210;
+      v = q6k_scale(sb) * q6k_value(sb, static_cast<int>(c % 256));
+    } else {
+      v = reinterpret_cast<const float*>(emb.raw)[row * cols + c];
+    }
+    out[c] = v * scale;
+  }
+}
+
+// Quantises one 32-value block held one value per lane (the whole warp calls it).
+__device__ __forceinline__ void q8_block(float v, int8_t* q, float2* ds, int lane) {
+  const float amax = warp_max(fabsf(v));
+  const float s = amax / 127.0f;
+  const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
+  q[lane] = static_cast<int8_t>(qi);
+  const float qsum = warp_sum(static_cast<float>(qi));
+  if (lane == 0) *ds = make_float2(s, s * qsum);
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, int cols, float eps, float* y,
+                                Q8Act yq) {
+  __shared__ float red[32];
+  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  const float* xr = x + static_cast<int64_t>(t) * cols;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) ss += xr[c] * xr[c];
+  ss = block_sum(ss, red);
+  const float inv = rsqrtf(ss / cols + eps);
+  float* yr = y + static_cast<int64_t>(t) * cols;
+  for (int b = warp; b < cols / 32; b += n_warps) {
+    const int c = b * 32 + lane;
+    const float v = xr[c] * inv * (w ? w[c] : 1.0f);
+    yr[c] = v;
+    if (yq.q) {
+      q8_block(v, yq.q + static_cast<int64_t>(t) * cols + b * 32,
+               yq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
+    }
+  }
+}
+
+// x = (x + rms_norm(a, w_post)) · scale; then h = rms_norm(x, w_next) (+ q8) when w_next.
+__global__ void residual_kernel(float* x, const float* a, const float* w_post,
+                                const float* out_scale, const float* w_next, int cols, float eps,
+                                float* h, Q8Act hq) {
+  __shared__ float red[32];
+  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  const int64_t off = static_cast<int64_t>(t) * cols;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) ss += a[off + c] * a[off + c];
+  ss = block_sum(ss, red);
+  const float inv_a = rsqrtf(ss / cols + eps);
+  const float scale = out_scale ? out_scale[0] : 1.0f;
+  float ss2 = 0.0f;
+  for (int b = warp; b < cols / 32; b += n_warps) {
+    const int c = b * 32 + lane;
+    const float v = (x[off + c] + a[off + c] * inv_a * w_post[c]) * scale;
+    x[off + c] = v;
+    ss2 += v * v;
+  }
+  if (!w_next) return;
+  ss2 = block_sum(ss2, red);
+  const float inv = rsqrtf(ss2 / cols + eps);
+  for (int b = warp; b < cols / 32; b += n_warps) {
+    const int c = b * 32 + lane;
+    const float v = x[off + c] * inv * w_next[c];
+    h[off + c] = v;
+    if (hq.q) q8_block(v, hq.q + off + b * 32, hq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
+  }
+}
+
+// One block per (token, head); thread i owns elements i and i + D/2 (the NeoX pair).
+__global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int D, bool v_from_k,
+                                    const float* q_norm, const float* k_norm, float eps,
+                                    const double* inv_freq, const StepParams* sp, float* q,
+                                    float* k, float* v) {
+  __shared__ float red[32];
+  const int t = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = D / 2;
+  const int qkv_cols = (n_heads + (v_from_k ? 1 : 2) * n_kv) * D;
+  const float* row = qkv + static_cast<int64_t>(t) * qkv_cols;
+  const bool is_q = head < n_heads;
+  const int g = head - n_heads;
+  const float* src = is_q ? row + head * D : row + (n_heads + g) * D;
+  const bool act = i < half;
+  float a0 = act ? src[i] : 0.0f, a1 = act ? src[i + half] : 0.0f;
+  double sn = 0.0, cs = 1.0;
+  if (act) sincos(static_cast<double>(sp->pos0 + t) * inv_freq[i], &sn, &cs);
+  if (!is_q) {
+    // V first: RMS₀ of the raw V projection (full layers: the raw K projection).
+    const float* vsrc = v_from_k ? src : row + (n_heads + n_kv + g) * D;
+    const float b0 = act ? vsrc[i] : 0.0f, b1 = act ? vsrc[i + half] : 0.0f;
+    const float ssv = block_sum(b0 * b0 + b1 * b1, red);
+    const float invv = rsqrtf(ssv / D + eps);
+    if (act) {
+      float* vo = v + (static_cast<int64_t>(t) * n_kv + g) * D;
+      vo[i] = b0 * invv;
+      vo[i + half] = b1 * invv;
+    }
+  }
+  const float ss = block_sum(a0 * a0 + a1 * a1, red);
+  const float inv = rsqrtf(ss / D + eps);
+  if (!act) return;
+  const float* w = is_q ? q_norm : k_norm;
+  a0 = a0 * inv * w[i];
+  a1 = a1 * inv * w[i + half];
+  const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+  const float r0 = a0 * c - a1 * s, r1 = a0 * s + a1 * c;
+  float* dst = is_q ? q + (static_cast<int64_t>(t) * n_heads + head) * D
+                    : k + (static_cast<int64_t>(t) * n_kv + g) * D;
+  dst[i] = r0;
+  dst[i + half] = r1;
+}
+
+__global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv, int D, bool f16,
+                                bool ring, int n_slots, const StepParams* sp, void* kc, void* vc) {
+  const int t = blockIdx.x, g = blockIdx.y;
+  if (ring && t < n - n_slots) return;  // overwritten within this very tile
+  const int pos = sp->pos0 + t;
+  const int slot = ring ? pos % n_slots : pos;
+  const int64_t src = (static_cast<int64_t>(t) * n_kv + g) * D;
+  const int64_t dst = (static_cast<int64_t>(g) * n_slots + slot) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    if (f16) {
+      static_cast<__half*>(kc)[dst + d] = __float2half_rn(k[src + d]);
+      static_cast<__half*>(vc)[dst + d] = __float2half_rn(v[src + d]);
+    } else {
+      static_cast<float*>(kc)[dst + d] = k[src + d];
+      static_cast<float*>(vc)[dst + d] = v[src + d];
+    }
+  }
+}
+
+__global__ void quantize_q8_kernel(const float* x, int cols, Q8Act xq) {
+  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t off = static_cast<int64_t>(t) * cols;
+  for (int b = warp; b < cols / 32; b += blockDim.x >> 5) {
+    q8_block(x[off + b * 32 + lane], xq.q + off + b * 32,
+             xq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
+  }
+}
+
+__global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[i] = __float2half_rn(x[i]);
+  }
+}
+
+__global__ void gelu_mul_kernel(const float* gu, int n, int F, float* g) {
+  const int64_t count = static_cast<int64_t>(n) * F;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / F, c = i % F;
+    g[i] = gelu_tanh(gu[t * 2 * F + c]) * gu[t * 2 * F + F + c];
+  }
+}
+
+__global__ void softcap_kernel(float* x, int64_t count, float cap) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
+int grid_for(int64_t count, int threads) {
+  const int64_t blocks = (count + threads - 1) / threads;
+  return static_cast<int>(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
+}
+
+int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 128); }
+
+}  // namespace
+
+void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
+           cudaStream_t s) {
+  embed_kernel<<<n, 256, 0, s>>>(emb, tokens, scale, x);
+  GEM_CUDA_LAUNCHED();
+}
+
+void rms_norm(const float* x, const float* w, int n, int cols, float eps, float* y, Q8Act yq,
+              cudaStream_t s) {
+  rms_norm_kernel<<<n, row_threads(cols), 0, s>>>(x, w, cols, eps, y, yq);
+  GEM_CUDA_LAUNCHED();
+}
+
+void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
+                   int cols, float eps, float* h, Q8Act hq, cudaStream_t s) {
+  residual_kernel<<<n, row_threads(cols), 0, s>>>(x, a, w_post, nullptr, w_next, cols, eps, h, hq);
+  GEM_CUDA_LAUNCHED();
+}
+
+void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
+                         const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
+                         cudaStream_t s) {
+  residual_kernel<<<n, row_threads(cols), 0, s>>>(x, f, w_post, out_scale, w_next, cols, eps, h,
+                                                  hq);
+  GEM_CUDA_LAUNCHED();
+}
+
+void qkv_prologue(const float* qkv, int n, int n_heads, int n_kv, int head_dim, bool v_from_k,
+                  const float* q_norm, const float* k_norm, float eps, const double* inv_freq,
+                  const StepParams* sp, float* q, float* k, float* v, cudaStream_t s) {
+  const int threads = head_dim / 2 < 32 ? 32 : head_dim / 2;
+  qkv_prologue_kernel<<<dim3(n, n_heads + n_kv), threads, 0, s>>>(
+      qkv, n_heads, n_kv, head_dim, v_from_k, q_norm, k_norm, eps, inv_freq, sp, q, k, v);
+  GEM_CUDA_LAUNCHED();
+}
+
+void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, bool f16, bool ring,
+              int n_slots, const StepParams* sp, void* k_cache, void* v_cache, cudaStream_t s) {
+  kv_store_kernel<<<dim3(n, n_kv), head_dim < 256 ? head_dim : 256, 0, s>>>(
+      k, v, n, n_kv, head_dim, f16, ring, n_slots, sp, k_cache, v_cache);
+  GEM_CUDA_LAUNCHED();
+}
+
+void quantize_q8(const float* x, int n, int cols, Q8Act xq, cudaStream_t s) {
+  quantize_q8_kernel<<<n, 256, 0, s>>>(x, cols, xq);
+  GEM_CUDA_LAUNCHED();
+}
+
+void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s) {
+  to_f16_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, y);
+  GEM_CUDA_LAUNCHED();
+}
+
+void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s) {
+  gelu_mul_kernel<<<grid_for(static_cast<int64_t>(n) * F, 256), 256, 0, s>>>(gu, n, F, g);
+  GEM_CUDA_LAUNCHED();
+}
+
+void softcap(float* x, int64_t count, float cap, cudaStream_t s) {
+  softcap_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, cap);
+  GEM_CUDA_LAUNCHED();
+}
+
+}  // namespace gem::cuda

@@ -1,0 +1,472 @@
+// Each CUDA kernel against the CPU reference (ops_ref.h, matmul_ref) on fresh random inputs at
+// the 12B and 31B widths. Tolerances follow from the types: f32 math within ~1e-5 relative;
+// the decode products round x to 8 bits per 32-block (bound derived below); f16 KV rounds K/V.
+// Skips, saying so, on a machine without a CUDA device.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops_ref.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.cuh"
+#include "base/dtype.h"
+#include "sampler/sampler.h"
+
+namespace gem {
+namespace {
+
+#define REQUIRE_GPU()                                                              \
+  do {                                                                             \
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine"; \
+  } while (0)
+
+#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(&p, count * sizeof(T) + 16), cudaSuccess);
+    // Poison: every output element must be written.
+    EXPECT_EQ(cudaMemset(p, 0xFF, count * sizeof(T)), cudaSuccess);
+  }
+  Dev(const std::vector<T>& v) : Dev(v.size()) {
+    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+
+std::mt19937& rng() {
+  static std::mt19937 g(std::random_device{}());
+  return g;
+}
+
+std::vector<float> randn(size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng());
+  return v;
+}
+
+// Random GGUF Q4_0 / Q8_0 blocks for a [rows, cols] matrix.
+std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t cols) {
+  const int64_t nb = rows * cols / 32;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  const int bb = type == DType::kQ4_0 ? 18 : 34;
+  std::vector<uint8_t> out(nb * bb);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* p = out.data() + b * bb;
+    const uint16_t d = f32_to_fp16(scale(rng()));
+    std::memcpy(p, &d, 2);
+    for (int k = 2; k < bb; ++k) p[k] = static_cast<uint8_t>(byte(rng()));
+  }
+  return out;
+}
+
+// Random Q6_K super-blocks (d kept small, scales moderate).
+std::vector<uint8_t> random_q6k(int64_t rows, int64_t cols) {
+  const int64_t nsb = rows * cols / 256;
+  std::vector<uint8_t> out(nsb * 210);
+  std::uniform_int_distribution<int> byte(0, 255), sc(-60, 60);
+  std::uniform_real_distribution<float> scale(0.0001f, 0.001f);
+  for (int64_t b = 0; b < nsb; ++b) {
+    uint8_t* p = out.data() + b * 210;
+    for (int k = 0; k < 192; ++k) p[k] = static_cast<uint8_t>(byte(rng()));
+    for (int k = 0; k < 16; ++k) p[192 + k] = static_cast<uint8_t>(static_cast<int8_t>(sc(rng())));
+    const uint16_t d = f32_to_fp16(scale(rng()));
+    std::memcpy(p + 208, &d, 2);
+  }
+  return out;
+}
+
+model::TensorView view(DType type, const std::vector<uint8_t>& data, int64_t rows, int64_t cols) {
+  model::TensorView v;
+  v.name = "test";
+  v.type = type;
+  v.data = data.data();
+  v.rows = rows;
+  v.cols = cols;
+  v.n_bytes = data.size();
+  return v;
+}
+
+// A device matrix built the way the backend builds it (raw upload + repack).
+struct DevWeights {
+  cuda::DevMatrix m;
+  std::vector<void*> bufs;
+  DevWeights(DType type, const std::vector<uint8_t>& raw, int64_t rows, int64_t cols) {
+    m.rows = rows;
+    m.cols = cols;
+    void* staging = nullptr;
+    EXPECT_EQ(cudaMalloc(&staging, raw.size()), cudaSuccess);
+    bufs.push_back(staging);
+    EXPECT_EQ(cudaMemcpy(staging, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    if (type == DType::kQ4_0 || type == DType::kQ8_0) {
+      const bool q8 = type == DType::kQ8_0;
+      m.type = q8 ? cuda::WType::kQ8_0 : cuda::WType::kQ4_0;
+      void *qs = nullptr, *d = nullptr;
+      EXPECT_EQ(cudaMalloc(&qs, rows * cols / (q8 ? 1 : 2)), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&d, rows * cols / 32 * 2), cudaSuccess);
+      bufs.push_back(qs);
+      bufs.push_back(d);
+      m.qs = static_cast<uint8_t*>(qs);
+      m.d = static_cast<__half*>(d);
+      cuda::repack_blocks(static_cast<uint8_t*>(staging), rows * cols / 32, q8, m.qs, m.d, nullptr);
+    } else {
+      m.type = type == DType::kQ6_K ? cuda::WType::kQ6_K : cuda::WType::kF32;
+      m.raw = static_cast<uint8_t*>(staging);
+    }
+  }
+  ~DevWeights() {
+    for (void* p : bufs) cudaFree(p);
+  }
+};
+
+// Bound on |Σ w·x − Σ w·x̃| when x̃ rounds x to 8 bits per 32-block (step s = max|x|/127):
+// the rounding errors are independent, uniform in ±s/2, so 6 standard deviations of the sum.
+std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector<float>& x) {
+  std::vector<double> bound(w.rows);
+  std::vector<float> row(w.cols);
+  std::vector<double> step(w.cols / 32);
+  for (int64_t b = 0; b < w.cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[b * 32 + k]));
+    step[b] = amax / 127.0;
+  }
+  for (int64_t r = 0; r < w.rows; ++r) {
+    cpu::get_row(w, r, row.data());
+    double var = 0.0, mag = 0.0;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      var += static_cast<double>(row[c]) * row[c] * step[c / 32] * step[c / 32] / 12.0;
+      mag += std::fabs(static_cast<double>(row[c]) * x[c]);
+    }
+    bound[r] = 6.0 * std::sqrt(var) + 1e-5 * mag + 1e-6;
+  }
+  return bound;
+}
+
+void check_matvec(DType type, int64_t rows, int64_t cols) {
+  const std::vector<uint8_t> raw =
+      type == DType::kQ6_K ? random_q6k(rows, cols) : random_blocks(type, rows, cols);
+  const model::TensorView w = view(type, raw, rows, cols);
+  const std::vector<float> x = randn(cols);
+  std::vector<float> ref(rows);
+  cpu::matmul_ref(w, x.data(), 1, ref.data());
+
+  DevWeights dw(type, raw, rows, cols);
+  Dev<float> dx(x), dy(rows);
+  Dev<int8_t> xq(cols);
+  Dev<float2> xds(cols / 32);
+  cuda::Q8Act q{xq.p, xds.p};
+  cuda::quantize_q8(dx.p, 1, static_cast<int>(cols), q, nullptr);
+  cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = dy.get();
+  const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
+  const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double tol = q8 ? bound[r] : 1e-4 * (std::fabs(ref[r]) + 1.0);
+    if (!(std::fabs(y[r] - ref[r]) <= tol) && bad++ < 5) {
+      ADD_FAILURE() << dtype_name(type) << " " << rows << "x" << cols << " row " << r << ": gpu "
+                    << y[r] << " ref " << ref[r] << " tol " << tol;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
+  REQUIRE_GPU();
+  check_matvec(DType::kQ4_0, 4096 + 2048 + 2048, 3840);  // 12B sliding q|k|v
+  check_matvec(DType::kQ4_0, 5376, 21504);               // 31B ffn_down
+  check_matvec(DType::kQ4_0, 3840, 15360);               // 12B ffn_down
+  check_matvec(DType::kQ4_0, 16384 + 2048, 5376);        // 31B full q|k
+  check_matvec(DType::kQ4_0, 37, 64);                    // ragged row count
+}
+
+TEST(CudaMatvec, Q8_0AndQ6_KHeadRows) {
+  REQUIRE_GPU();
+  check_matvec(DType::kQ8_0, 4096, 5376);
+  check_matvec(DType::kQ8_0, 1000, 3840);
+  check_matvec(DType::kQ6_K, 2048, 3840);
+  check_matvec(DType::kQ6_K, 777, 5376);
+}
+
+TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
+  REQUIRE_GPU();
+  const int64_t F = 15360, E = 3840;
+  const auto graw = random_blocks(DType::kQ4_0, F, E), uraw = random_blocks(DType::kQ4_0, F, E);
+  const model::TensorView gv = view(DType::kQ4_0, graw, F, E), uv = view(DType::kQ4_0, uraw, F, E);
+  const std::vector<float> x = randn(E);
+  std::vector<float> g(F), u(F);
+  cpu::matmul_ref(gv, x.data(), 1, g.data());
+  cpu::matmul_ref(uv, x.data(), 1, u.data());
+  const auto gb = q8_error_bound(gv, x), ub = q8_error_bound(uv, x);
+  DevWeights dg(DType::kQ4_0, graw, F, E), du(DType::kQ4_0, uraw, F, E);
+  Dev<float> dx(x), dy(F);
+  Dev<int8_t> xq(E);
+  Dev<float2> xds(E / 32);
+  cuda::Q8Act q{xq.p, xds.p};
+  cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
+  cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto y = dy.get();
+  int bad = 0;
+  for (int64_t i = 0; i < F; ++i) {
+    const double ref = cpu::gelu_tanh(g[i]) * u[i];
+    // d(gelu(g)·u) ≈ gelu'(g)·u·δg + gelu(g)·δu, |gelu'| ≤ 1.13.
+    const double tol = 1.13 * std::fabs(u[i]) * gb[i] + std::fabs(cpu::gelu_tanh(g[i])) * ub[i] +
+                       gb[i] * ub[i] + 1e-5;
+    if (!(std::fabs(y[i] - ref) <= tol) && bad++ < 5) {
+      ADD_FAILURE() << "row " << i << ": gpu " << y[i] << " ref " << ref << " tol " << tol;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaDequant, F16RowsMatchGetRow) {
+  REQUIRE_GPU();
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ6_K}) {
+    const int64_t rows = 300, cols = 5376;
+    const auto raw = type == DType::kQ6_K ? random_q6k(rows, cols) : random_blocks(type, rows, cols);
+    const model::TensorView w = view(type, raw, rows, cols);
+    DevWeights dw(type, raw, rows, cols);
+    Dev<__half> out(100 * cols);
+    cuda::dequant_f16(dw.m, 150, 100, out.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto h = out.get();
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < 100; ++r) {
+      cpu::get_row(w, 150 + r, row.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        const float g = __half2float(h[r * cols + c]);
+        ASSERT_NEAR(g, row[c], std::fabs(row[c]) * 1e-3 + 1e-7)
+            << dtype_name(type) << " row " << r << " col " << c;
+      }
+    }
+  }
+}
+
+TEST(CudaNorm, RmsNormAndQ8Copy) {
+  REQUIRE_GPU();
+  for (int cols : {3840, 5376, 64}) {
+    const int n = 3;
+    const auto x = randn(static_cast<size_t>(n) * cols, 3.0f), w = randn(cols);
+    std::vector<float> ref(x.size());
+    cpu::rms_norm(x.data(), w.data(), n, cols, 1e-6f, ref.data());
+    Dev<float> dx(x), dw(w), dy(x.size());
+    Dev<int8_t> q(x.size());
+    Dev<float2> ds(x.size() / 32);
+    cuda::rms_norm(dx.p, dw.p, n, cols, 1e-6f, dy.p, cuda::Q8Act{q.p, ds.p}, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = dy.get();
+    const auto qv = q.get();
+    const auto dsv = ds.get();
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6) << "cols " << cols << " i " << i;
+      // q8 copy: q·s reproduces y within half a step.
+      const float2 s = dsv[i / 32];
+      ASSERT_NEAR(qv[i] * s.x, y[i], 0.5f * s.x + 1e-6f);
+    }
+  }
+}
+
+TEST(CudaNorm, ResidualEpilogues) {
+  REQUIRE_GPU();
+  const int n = 2, E = 5376;
+  const auto x = randn(n * E), a = randn(n * E, 5.0f), wp = randn(E), wn = randn(E);
+  const float scale = 0.97f;
+  // Reference: x' = (x + rms(a, wp))·scale, h = rms(x', wn).
+  std::vector<float> ra(n * E), rx(x), rh(n * E);
+  cpu::rms_norm(a.data(), wp.data(), n, E, 1e-6f, ra.data());
+  cpu::add(rx.data(), ra.data(), n * E);
+  cpu::scale(rx.data(), n * E, scale);
+  cpu::rms_norm(rx.data(), wn.data(), n, E, 1e-6f, rh.data());
+  Dev<float> dx(x), da(a), dwp(wp), dwn(wn), dh(n * E), ds(std::vector<float>{scale});
+  cuda::residual_norm_scale(dx.p, da.p, dwp.p, ds.p, dwn.p, n, E, 1e-6f, dh.p, cuda::Q8Act{},
+                            nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gx = dx.get(), gh = dh.get();
+  for (int i = 0; i < n * E; ++i) {
+    ASSERT_NEAR(gx[i], rx[i], 1e-5 * std::fabs(rx[i]) + 1e-5);
+    ASSERT_NEAR(gh[i], rh[i], 1e-4 * std::fabs(rh[i]) + 1e-5);
+  }
+}
+
+// q/k/v prologue of a 31B full layer (D = 512, proportional RoPE) and a 12B sliding layer.
+void check_prologue(int H, int G, int D, bool v_from_k, float theta, bool proportional, int pos0) {
+  const int n = 3;
+  const int cols = (H + (v_from_k ? 1 : 2) * G) * D;
+  const auto qkv = randn(static_cast<size_t>(n) * cols, 2.0f);
+  const auto qn = randn(D), kn = randn(D);
+  std::vector<float> ff(D / 2, 1.0f);
+  if (proportional) {
+    for (int i = D / 8; i < D / 2; ++i) ff[i] = 1e30f;
+  }
+  std::vector<double> inv(D / 2);
+  cpu::rope_inv_freq(D, theta, ff.data(), inv.data());
+  // Reference.
+  std::vector<float> rq(n * H * D), rk(n * G * D), rv(n * G * D);
+  std::vector<int32_t> pos(n);
+  for (int t = 0; t < n; ++t) {
+    pos[t] = pos0 + t;
+    for (int j = 0; j < H * D; ++j) rq[t * H * D + j] = qkv[t * cols + j];
+    for (int j = 0; j < G * D; ++j) {
+      rk[t * G * D + j] = qkv[t * cols + H * D + j];
+      rv[t * G * D + j] = qkv[t * cols + (v_from_k ? H : H + G) * D + j];
+    }
+  }
+  cpu::rms_norm(rq.data(), qn.data(), n * H, D, 1e-6f, rq.data());
+  cpu::rms_norm(rk.data(), kn.data(), n * G, D, 1e-6f, rk.data());
+  cpu::rms_norm(rv.data(), nullptr, n * G, D, 1e-6f, rv.data());
+  cpu::rope_neox(rq.data(), n, H, D, pos.data(), inv.data());
+  cpu::rope_neox(rk.data(), n, G, D, pos.data(), inv.data());
+
+  Dev<float> dqkv(qkv), dqn(qn), dkn(kn), q(n * H * D), k(n * G * D), v(n * G * D);
+  Dev<double> dinv(inv);
+  Dev<int32_t> sp(std::vector<int32_t>{pos0});
+  cuda::qkv_prologue(dqkv.p, n, H, G, D, v_from_k, dqn.p, dkn.p, 1e-6f, dinv.p,
+                     reinterpret_cast<const cuda::StepParams*>(sp.p), q.p, k.p, v.p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gq = q.get(), gk = k.get(), gv = v.get();
+  for (size_t i = 0; i < gq.size(); ++i) ASSERT_NEAR(gq[i], rq[i], 2e-5 * (std::fabs(rq[i]) + 1)) << i;
+  for (size_t i = 0; i < gk.size(); ++i) ASSERT_NEAR(gk[i], rk[i], 2e-5 * (std::fabs(rk[i]) + 1)) << i;
+  for (size_t i = 0; i < gv.size(); ++i) ASSERT_NEAR(gv[i], rv[i], 2e-5 * (std::fabs(rv[i]) + 1)) << i;
+}
+
+TEST(CudaPrologue, NormsAndRope) {
+  REQUIRE_GPU();
+  check_prologue(32, 4, 512, true, 1e6f, true, 30000);   // 31B full
+  check_prologue(16, 8, 256, false, 1e4f, false, 1000);  // 12B sliding
+  check_prologue(4, 2, 32, false, 1e4f, false, 5);       // tiny sliding
+}
+
+// Attention of n queries at pos0.. over a cache (ring or full, f32 or f16) + the tile's K/V.
+void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int pos0, int n,
+                     int n_splits) {
+  const bool ring = window > 0;
+  const size_t cache_elems = static_cast<size_t>(G) * n_slots * D;
+  auto kc = randn(cache_elems), vc = randn(cache_elems);
+  const auto q = randn(static_cast<size_t>(n) * H * D, 0.2f);
+  const auto kt = randn(static_cast<size_t>(n) * G * D), vt = randn(static_cast<size_t>(n) * G * D);
+  std::vector<uint16_t> kh(cache_elems), vh(cache_elems);
+  for (size_t i = 0; i < cache_elems; ++i) {
+    kh[i] = f32_to_fp16(kc[i]);
+    vh[i] = f32_to_fp16(vc[i]);
+  }
+  // Reference segments: the cache (positions < pos0) and the tile.
+  std::vector<int32_t> slot_pos(n_slots, -1);
+  for (int s = 0; s < n_slots; ++s) {
+    if (ring) {
+      // Slot s holds the latest position < pos0 congruent to s.
+      const int last = pos0 - 1;
+      if (last >= s) slot_pos[s] = s + ((last - s) / n_slots) * n_slots;
+    } else {
+      slot_pos[s] = s < pos0 ? s : -1;
+    }
+  }
+  cpu::KvSegment cache;
+  cache.k = f16 ? static_cast<const void*>(kh.data()) : kc.data();
+  cache.v = f16 ? static_cast<const void*>(vh.data()) : vc.data();
+  cache.f16 = f16;
+  cache.head_stride = static_cast<int64_t>(n_slots) * D;
+  cache.slot_stride = D;
+  cache.pos = slot_pos.data();
+  cache.n_slots = n_slots;
+  cpu::KvSegment tile;
+  tile.k = kt.data();
+  tile.v = vt.data();
+  tile.head_stride = D;
+  tile.slot_stride = static_cast<int64_t>(G) * D;
+  tile.pos_base = pos0;
+  tile.n_slots = n;
+  const cpu::KvSegment segs[] = {cache, tile};
+  std::vector<int32_t> qpos(n);
+  for (int t = 0; t < n; ++t) qpos[t] = pos0 + t;
+  std::vector<float> ref(static_cast<size_t>(n) * H * D);
+  cpu::attention(q.data(), qpos.data(), n, H, G, D, window, 1.0f, segs, ref.data());
+
+  Dev<float> dq(q), dkt(kt), dvt(vt), out(ref.size());
+  Dev<float> dkc(kc), dvc(vc);
+  Dev<uint16_t> dkh(kh), dvh(vh);
+  Dev<float> part(cuda::attention_part_floats(n, H, D, n_splits));
+  Dev<int32_t> sp(std::vector<int32_t>{pos0});
+  Dev<int8_t> oq(ref.size());
+  Dev<float2> ods(ref.size() / 32);
+  cuda::AttnArgs a{dq.p, dkt.p, dvt.p,
+                   f16 ? static_cast<const void*>(dkh.p) : dkc.p,
+                   f16 ? static_cast<const void*>(dvh.p) : dvc.p,
+                   f16, ring, n_slots, n, H, G, D, window, n_splits,
+                   reinterpret_cast<const cuda::StepParams*>(sp.p), part.p, out.p,
+                   cuda::Q8Act{oq.p, ods.p}};
+  cuda::attention(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto o = out.get();
+  for (size_t i = 0; i < o.size(); ++i) {
+    ASSERT_NEAR(o[i], ref[i], 2e-4 * (std::fabs(ref[i]) + 0.1))
+        << "H" << H << " G" << G << " D" << D << " window " << window << " f16 " << f16
+        << " pos0 " << pos0 << " n " << n << " i " << i;
+  }
+}
+
+TEST(CudaAttention, DecodeOverRingAndFullCaches) {
+  REQUIRE_GPU();
+  check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 32);   // 12B sliding, wrapped ring
+  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 32);     // 12B sliding, f16, not full yet
+  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 625);    // 12B full at depth 33K
+  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 141);     // 31B full
+  check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 32);   // 31B sliding
+}
+
+TEST(CudaAttention, PromptTiles) {
+  REQUIRE_GPU();
+  check_attention(16, 8, 256, 1024, 1024, false, 2000, 37, 4);   // tile over a wrapped ring
+  check_attention(16, 8, 256, 1024, 1024, true, 0, 64, 1);       // first tile
+  check_attention(16, 1, 512, 0, 4096, true, 1000, 20, 3);
+  check_attention(4, 2, 32, 16, 16, false, 40, 24, 1);           // tile longer than the ring
+  check_attention(8, 2, 64, 0, 256, false, 10, 30, 2);
+}
+
+TEST(CudaSample, GreedyWithPenaltiesMatchesHostSampler) {
+  REQUIRE_GPU();
+  const int V = 262144;
+  for (int trial = 0; trial < 4; ++trial) {
+    auto logits = randn(V, 3.0f);
+    std::vector<int32_t> hist;
+    std::uniform_int_distribution<int> id(0, V - 1);
+    // Put the top tokens in the history so the penalties change the winner.
+    int best = 0;
+    for (int i = 1; i < V; ++i) best = logits[i] > logits[best] ? i : best;
+    hist = {best, best, id(rng()), best, id(rng())};
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.repeat_penalty = trial == 0 ? 1.0f : 1.3f;
+    p.frequency_penalty = trial >= 2 ? 0.5f : 0.0f;
+    p.presence_penalty = trial == 3 ? 0.7f : 0.0f;
+    const int32_t want = sample_token(logits, p, hist, 0.5);
+    Dev<float> dl(logits), scratch(cuda::argmax_scratch_floats(V));
+    Dev<int32_t> dh(hist), out(1);
+    const bool pen = p.repeat_penalty != 1.0f || p.frequency_penalty != 0 || p.presence_penalty != 0;
+    cuda::PenaltyArgs pa{dh.p, pen ? static_cast<int>(hist.size()) : 0, p.repeat_penalty,
+                         p.presence_penalty, p.frequency_penalty};
+    cuda::argmax_penalized(dl.p, V, pa, out.p, scratch.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(out.get()[0], want) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace gem
