@@ -24,6 +24,8 @@ struct CaseSetup {
   bool reference;          // BackendOptions::reference
   Tolerance tol;
   int greedy_steps;        // teacher-forced steps checked (the fixtures hold 32)
+  int position_stride;     // 1: every prompt position in one all-logits eval; k > 1: every k-th
+                           // position, the last and the full-vector ones, one eval ending at each
 };
 
 // Float math: the fixture table's float rows. 8-bit activations: its llama.cpp-like rows.
@@ -33,13 +35,14 @@ constexpr Tolerance kQ4Tol{0.04, 0.6, -1.0, 0.75};
 constexpr Tolerance kQ6KTol{0.05, 0.8, -1.0, 0.75};
 
 const CaseSetup kSetups[] = {
-    {"ref_tiny6_f32", "tiny6-f32.gguf", "tiny6-f32", true, kF32Tol, 32},
-    {"ref_tiny_q4_0_exact", "tiny-q4_0.gguf", "tiny-q4_0.exact", true, kExactTol, 32},
-    // The reference decodes all 262144 Q6_K rows of the head per call: fewer steps keep it fast.
-    {"ref_tiny256_q6_k_exact", "tiny256-q6_k.gguf", "tiny256-q6_k.exact", true, kExactTol, 4},
-    {"fast_tiny6_f32", "tiny6-f32.gguf", "tiny6-f32", false, kF32Tol, 32},
-    {"fast_tiny_q4_0", "tiny-q4_0.gguf", "tiny-q4_0", false, kQ4Tol, 32},
-    {"fast_tiny256_q6_k", "tiny256-q6_k.gguf", "tiny256-q6_k", false, kQ6KTol, 32},
+    {"ref_tiny6_f32", "tiny6-f32.gguf", "tiny6-f32", true, kF32Tol, 32, 1},
+    {"ref_tiny_q4_0_exact", "tiny-q4_0.gguf", "tiny-q4_0.exact", true, kExactTol, 32, 1},
+    // The reference decodes and dots all 262144 Q6_K rows (256 wide) of the head in double for
+    // every logit row: fewer rows keep it fast.
+    {"ref_tiny256_q6_k_exact", "tiny256-q6_k.gguf", "tiny256-q6_k.exact", true, kExactTol, 8, 8},
+    {"fast_tiny6_f32", "tiny6-f32.gguf", "tiny6-f32", false, kF32Tol, 32, 1},
+    {"fast_tiny_q4_0", "tiny-q4_0.gguf", "tiny-q4_0", false, kQ4Tol, 32, 1},
+    {"fast_tiny256_q6_k", "tiny256-q6_k.gguf", "tiny256-q6_k", false, kQ6KTol, 32, 1},
 };
 
 struct Param {
@@ -68,18 +71,34 @@ TEST_P(FixtureTest, PromptAndTeacherForcedGreedy) {
 
   Timer timer;
   ErrorStats stats;
-  // The prompt in one eval, logits of every position.
-  ASSERT_TRUE(be.eval(c.prompt, /*all_logits=*/true).ok());
   ASSERT_EQ(c.prompt_top.size(), c.prompt.size());
-  for (size_t p = 0; p < c.prompt.size(); ++p) {
-    compare_top(be.logits(static_cast<int>(p)).data(), n_vocab, c.prompt_top[p], s.tol,
+  const int n_prompt = static_cast<int>(c.prompt.size());
+  auto compare_position = [&](int p, std::span<const float> logits) {
+    ASSERT_EQ(static_cast<int64_t>(logits.size()), n_vocab);
+    compare_top(logits.data(), n_vocab, c.prompt_top[p], s.tol,
                 c.prompt_name + " pos " + std::to_string(p), stats);
-  }
-  for (const auto& [pos, file] : c.full_logits) {
-    const std::vector<float> ref = load_f32(file);
-    ASSERT_EQ(static_cast<int64_t>(ref.size()), n_vocab) << file;
-    compare_full(be.logits(pos).data(), ref, s.tol, c.prompt_name + " full pos " + std::to_string(pos),
-                 stats);
+    for (const auto& [pos, file] : c.full_logits) {
+      if (pos != p) continue;
+      const std::vector<float> ref = load_f32(file);
+      ASSERT_EQ(static_cast<int64_t>(ref.size()), n_vocab) << file;
+      compare_full(logits.data(), ref, s.tol, c.prompt_name + " full pos " + std::to_string(pos), stats);
+    }
+  };
+  if (s.position_stride == 1) {
+    // The prompt in one eval, logits of every position.
+    ASSERT_TRUE(be.eval(c.prompt, /*all_logits=*/true).ok());
+    for (int p = 0; p < n_prompt; ++p) compare_position(p, be.logits(p));
+  } else {
+    std::vector<bool> wanted(n_prompt, false);
+    for (int p = s.position_stride - 1; p < n_prompt; p += s.position_stride) wanted[p] = true;
+    for (const auto& full : c.full_logits) wanted[full.first] = true;
+    wanted[n_prompt - 1] = true;
+    for (int done = 0, p = 0; p < n_prompt; ++p) {
+      if (!wanted[p]) continue;
+      ASSERT_TRUE(be.eval({c.prompt.data() + done, static_cast<size_t>(p + 1 - done)}, false).ok());
+      compare_position(p, be.logits());
+      done = p + 1;
+    }
   }
   // Teacher-forced greedy: greedy_top[k] are the logits after feeding greedy[k].
   const int steps = std::min<int>(s.greedy_steps, static_cast<int>(c.greedy.size()));

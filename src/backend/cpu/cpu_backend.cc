@@ -110,6 +110,8 @@ class CpuBackend final : public Backend {
     n_logit_rows_ = 0;
   }
 
+  void set_tap(TapFn tap) { forward_.set_tap(std::move(tap)); }
+
   CpuBackendMemory memory() const {
     return {kv_.bytes(), forward_.activations().bytes() + logits_.capacity() * sizeof(float)};
   }
@@ -164,6 +166,13 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::Model& model,
 CpuBackendMemory cpu_backend_memory(const Backend& backend) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
   return cpu != nullptr ? cpu->memory() : CpuBackendMemory{};
+}
+
+bool set_cpu_backend_tap(Backend& backend, TapFn tap) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&backend);
+  if (cpu == nullptr) return false;
+  cpu->set_tap(std::move(tap));
+  return true;
 }
 
 }  // namespace gem::cpu

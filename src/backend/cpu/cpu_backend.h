@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cpu/forward_cpu.h"
 #include "base/status.h"
 #include "model/model.h"
 
@@ -23,5 +24,9 @@ struct CpuBackendMemory {
   uint64_t scratch_bytes = 0;  // activations of one tile, attention scratch
 };
 CpuBackendMemory cpu_backend_memory(const Backend& backend);
+
+// Installs a checkpoint observer (forward_cpu.h TapFn) on a CPU backend; false when `backend` is
+// not one. Rows passed to the tap are the current tile's, positions n_past() onwards.
+bool set_cpu_backend_tap(Backend& backend, TapFn tap);
 
 }  // namespace gem::cpu

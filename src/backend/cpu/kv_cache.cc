@@ -45,6 +45,7 @@ KvSegment KvCache::segment(int i, int n_past) const {
   if (l.ring) {
     seg.pos = l.pos.data();
     seg.n_slots = l.n_slots;
+    seg.first_slot = n_past % l.n_slots;  // the oldest slot: positions ascend from here
   } else {
     seg.pos_base = 0;
     seg.n_slots = n_past;

@@ -113,7 +113,8 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
       float max_score = neg_inf;
       int64_t index = 0;
       for (const KvSegment& seg : segments) {
-        for (int s = 0; s < seg.n_slots; ++s, ++index) {
+        for (int i = 0; i < seg.n_slots; ++i, ++index) {
+          const int s = seg.slot_at(i);
           if (!attention_visible(q_pos[t], seg.slot_pos(s), window)) {
             scores[index] = neg_inf;
             continue;
@@ -130,7 +131,8 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
       float sum = 0.0f;
       index = 0;
       for (const KvSegment& seg : segments) {
-        for (int s = 0; s < seg.n_slots; ++s, ++index) {
+        for (int i = 0; i < seg.n_slots; ++i, ++index) {
+          const int s = seg.slot_at(i);
           if (scores[index] == neg_inf) continue;
           const float p = std::exp(scores[index] - max_score);
           sum += p;

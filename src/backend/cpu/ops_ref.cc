@@ -78,7 +78,8 @@ void attention(const float* q, const int32_t* q_pos, int n_tokens, int n_heads, 
       scores.clear();
       double max_score = -std::numeric_limits<double>::infinity();
       for (const KvSegment& seg : segments) {
-        for (int s = 0; s < seg.n_slots; ++s) {
+        for (int i = 0; i < seg.n_slots; ++i) {
+          const int s = seg.slot_at(i);
           if (!attention_visible(q_pos[t], seg.slot_pos(s), window)) {
             scores.push_back(-std::numeric_limits<double>::infinity());
             continue;
@@ -99,7 +100,8 @@ void attention(const float* q, const int32_t* q_pos, int n_tokens, int n_heads, 
       for (int d = 0; d < head_dim; ++d) acc[d] = 0.0;
       size_t index = 0;
       for (const KvSegment& seg : segments) {
-        for (int s = 0; s < seg.n_slots; ++s) {
+        for (int i = 0; i < seg.n_slots; ++i) {
+          const int s = seg.slot_at(i);
           const double p = scores[index++] / sum;
           if (p == 0.0) continue;
           const int64_t base = g * seg.head_stride + s * seg.slot_stride;

@@ -31,6 +31,8 @@ void rope_neox(float* x, int64_t n_tokens, int n_heads, int head_dim, const int3
 // k[g*head_stride + s*slot_stride + d] (same for V), stored as f32 or IEEE half. pos[s] is the
 // token position held in slot s (-1 = empty); pos == nullptr means slot s holds position
 // pos_base + s. A cache ring and the current tile's fresh K/V are two segments of one attention.
+// Slots are visited from first_slot on, wrapping: a ring starts at its oldest slot, so keys are
+// always summed in position order and a tiled prompt gives the same bits as token-by-token.
 struct KvSegment {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -40,7 +42,13 @@ struct KvSegment {
   const int32_t* pos = nullptr;
   int32_t pos_base = 0;
   int n_slots = 0;
+  int first_slot = 0;
   int32_t slot_pos(int s) const { return pos != nullptr ? pos[s] : pos_base + s; }
+  // The slot visited i-th.
+  int slot_at(int i) const {
+    const int s = first_slot + i;
+    return s < n_slots ? s : s - n_slots;
+  }
 };
 
 // True when a query at q_pos sees a key at k_pos: causal, and on sliding layers
