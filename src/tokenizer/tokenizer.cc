@@ -717,10 +717,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
 }
 
 std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+  return std::string(piece_view(id, render_special));
+}
+
+std::string_view Tokenizer::piece_view(int32_t id, bool render_special) const {
   const Impl& im = *impl_;
-  if (id < 0 || size_t(id) >= im.types.size()) return std::string();
-  if (im.control_like[id] && !render_special) return std::string();
-  return std::string(im.piece(id));
+  if (id < 0 || size_t(id) >= im.types.size()) return std::string_view();
+  if (im.control_like[id] && !render_special) return std::string_view();
+  return im.piece(id);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
@@ -775,7 +779,14 @@ size_t invalid_subpart(const uint8_t* s, size_t n) {
 }  // namespace
 
 std::string StreamDecoder::push(int32_t id) {
-  pending_ += tokenizer_->token_to_piece(id, render_special_);
+  const std::string_view piece = tokenizer_->piece_view(id, render_special_);
+  // Common case: nothing held and the piece is plain ASCII.
+  if (pending_.empty()) {
+    bool ascii = true;
+    for (char c : piece) ascii &= static_cast<unsigned char>(c) < 0x80;
+    if (ascii) return std::string(piece);
+  }
+  pending_.append(piece);
   std::string out;
   const uint8_t* s = reinterpret_cast<const uint8_t*>(pending_.data());
   const size_t n = pending_.size();

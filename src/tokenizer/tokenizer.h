@@ -62,6 +62,8 @@ class Tokenizer {
   // The bytes a token stands for ("▁" -> " ", <0xXX> -> one byte). Control tokens give their
   // text only when render_special.
   std::string token_to_piece(int32_t id, bool render_special) const;
+  // The same bytes without a copy; valid while the Tokenizer lives. Empty for ids out of range.
+  std::string_view piece_view(int32_t id, bool render_special) const;
   // Whole-sequence decode (no clean-up passes); invalid UTF-8 from byte tokens is kept as bytes.
   std::string decode(std::span<const int32_t> ids, bool render_special) const;
 
@@ -87,7 +89,9 @@ class Tokenizer {
 
 // Streaming detokenizer: feed ids one by one, get the text that is complete so far. Bytes of an
 // unfinished UTF-8 sequence are held until the sequence completes (or is proven invalid, in
-// which case they are emitted as U+FFFD).
+// which case they are emitted as U+FFFD, one per maximal invalid subpart as Unicode §3.9
+// recommends). Everything returned is valid UTF-8; flush() turns a sequence left unfinished at
+// the end into one U+FFFD.
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tokenizer, bool render_special)
