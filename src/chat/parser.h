@@ -13,11 +13,11 @@
 namespace gem::chat {
 
 enum class EventKind {
-  kReasoning,      // text: a fragment of the thought channel
-  kContent,        // text: a fragment of the visible answer
+  kReasoning,      // text: a fragment of the thought channel (never empty)
+  kContent,        // text: a fragment of the visible answer (never empty)
   kToolCallBegin,  // tool_index, text = function name (emitted once the name is complete)
-  kToolCallArgs,   // tool_index, text = a fragment of the JSON arguments string
-  kToolCallEnd,    // tool_index: the arguments JSON is complete
+  kToolCallArgs,   // tool_index, text = a fragment of the JSON arguments string (never empty)
+  kToolCallEnd,    // tool_index, text empty: the arguments JSON is complete (one JSON object)
 };
 
 struct Event {
@@ -48,6 +48,9 @@ class OutputParser {
   void finish(StopCause cause, std::vector<Event>& out);
 
   int n_tool_calls() const;
+  // An end token (<eos>, <turn|>, <|tool_response>, or a <|turn> that starts another turn) was
+  // pushed: the message is complete and later tokens are ignored; the caller may stop decoding.
+  bool ended() const;
   // The finish reason OpenAI clients expect: "tool_calls", "stop" or "length".
   std::string finish_reason(StopCause cause) const;
 
