@@ -512,24 +512,29 @@ Result<SynthSummary> write_synth_model(const SynthOptions& opt, const gguf::Gguf
   s.file_bytes = w.file_size();
   if (opt.sparse) {
     // Write the small F32 vectors into the holes so the file validates (rope_freqs values are
-    // checked at load); their offsets come from reading the header back.
-    auto file = gguf::GgufFile::open(path);
-    if (!file.ok()) return file.status();
+    // checked at load). Offsets as the writer lays them out: in order, each padded to 32 bytes.
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return errorf("%s: cannot reopen: %s", path.c_str(), std::strerror(errno));
+    uint64_t off = w.data_offset();
     for (auto& [entry, gen] : plan_tensors(opt, manifest, nullptr)) {
-      if (entry.role != TensorRole::kVector) continue;
-      const gguf::TensorInfo* t = (*file)->find_tensor(entry.name);
-      std::vector<uint8_t> bytes(t->n_bytes);
-      make_filler(std::move(gen))(0, bytes);
-      const off_t off = static_cast<off_t>(t->data - (*file)->base());
-      if (::pwrite(fd, bytes.data(), bytes.size(), off) != static_cast<ssize_t>(bytes.size())) {
-        const int err = errno;
-        ::close(fd);
-        return errorf("%s: cannot write %s: %s", path.c_str(), entry.name.c_str(), std::strerror(err));
+      uint64_t n = 1;
+      for (uint64_t d : entry.ne) n *= d;
+      const uint64_t n_bytes = dtype_row_bytes(*dtype_info(static_cast<uint32_t>(gen.type)), n);
+      if (entry.role == TensorRole::kVector) {
+        std::vector<uint8_t> bytes(n_bytes);
+        make_filler(std::move(gen))(0, bytes);
+        if (::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(n_bytes)) {
+          const int err = errno;
+          ::close(fd);
+          return errorf("%s: cannot write %s: %s", path.c_str(), entry.name.c_str(), std::strerror(err));
+        }
       }
+      off += (n_bytes + 31) / 32 * 32;
     }
     ::close(fd);
+    if (off != s.file_bytes) return errorf("%s: internal: laid out %llu bytes, the writer wrote %llu", path.c_str(),
+                                           static_cast<unsigned long long>(off),
+                                           static_cast<unsigned long long>(s.file_bytes));
   }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
