@@ -17,15 +17,18 @@ constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge co
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 
+// Block = hpb heads of one KV group × qpb queries (≤ 8 warps); grid.x = (kv head, split, head
+// sub-group), grid.y = query group.
 template <int D, typename T>
-__global__ void attention_kernel(AttnArgs a, int qpb) {
+__global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int hpb) {
   constexpr int kPL = D / 32;              // elements per lane
   constexpr int kKG = D <= 256 ? 8 : 4;    // keys loaded together (memory-level parallelism)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int r = a.n_heads / a.n_kv;
-  const int g = blockIdx.x / a.n_splits, split = blockIdx.x % a.n_splits;
+  const int r = a.n_heads / a.n_kv, n_sub = r / hpb;
+  const int g = blockIdx.x / (a.n_splits * n_sub);
+  const int split = (blockIdx.x / n_sub) % a.n_splits, sub = blockIdx.x % n_sub;
   const int t0 = blockIdx.y * qpb;
-  const int tq = t0 + warp / r, j = g * r + warp % r;
+  const int tq = t0 + warp / hpb, j = g * r + sub * hpb + warp % hpb;
   if (tq >= a.n) return;
   const int pos0 = a.sp->pos0;
   const int t_last = min(t0 + qpb, a.n) - 1;
@@ -141,11 +144,11 @@ __global__ void attention_merge_kernel(AttnArgs a) {
 }
 
 template <int D>
-void launch(const AttnArgs& a, dim3 grid, int threads, int qpb, cudaStream_t s) {
+void launch(const AttnArgs& a, dim3 grid, int threads, int qpb, int hpb, cudaStream_t s) {
   if (a.f16) {
-    attention_kernel<D, __half><<<grid, threads, 0, s>>>(a, qpb);
+    attention_kernel<D, __half><<<grid, threads, 0, s>>>(a, qpb, hpb);
   } else {
-    attention_kernel<D, float><<<grid, threads, 0, s>>>(a, qpb);
+    attention_kernel<D, float><<<grid, threads, 0, s>>>(a, qpb, hpb);
   }
 }
 
@@ -157,16 +160,18 @@ size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits) {
 
 void attention(const AttnArgs& a, cudaStream_t s) {
   const int r = a.n_heads / a.n_kv;
-  int qpb = 8 / r;
-  qpb = qpb < 1 ? 1 : (qpb > a.n ? a.n : qpb);
-  const dim3 grid(a.n_kv * a.n_splits, (a.n + qpb - 1) / qpb);
-  const int threads = 32 * r * qpb;
+  int hpb = r <= 8 ? r : 8;
+  while (r % hpb != 0) --hpb;  // heads per block: a divisor of r, at most 8
+  int qpb = 8 / hpb;
+  qpb = qpb > a.n ? a.n : qpb;
+  const dim3 grid(a.n_kv * a.n_splits * (r / hpb), (a.n + qpb - 1) / qpb);
+  const int threads = 32 * hpb * qpb;
   switch (a.head_dim) {
-    case 32: launch<32>(a, grid, threads, qpb, s); break;
-    case 64: launch<64>(a, grid, threads, qpb, s); break;
-    case 128: launch<128>(a, grid, threads, qpb, s); break;
-    case 256: launch<256>(a, grid, threads, qpb, s); break;
-    case 512: launch<512>(a, grid, threads, qpb, s); break;
+    case 32: launch<32>(a, grid, threads, qpb, hpb, s); break;
+    case 64: launch<64>(a, grid, threads, qpb, hpb, s); break;
+    case 128: launch<128>(a, grid, threads, qpb, hpb, s); break;
+    case 256: launch<256>(a, grid, threads, qpb, hpb, s); break;
+    case 512: launch<512>(a, grid, threads, qpb, hpb, s); break;
     default:
       std::fprintf(stderr, "attention: head_dim %d not supported (32..512, powers of 2)\n",
                    a.head_dim);
