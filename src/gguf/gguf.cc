@@ -12,6 +12,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace gem::gguf {
 
@@ -130,35 +131,49 @@ class Cursor {
   uint64_t remaining() const { return size_ - pos_; }
   const uint8_t* here() const { return data_ + pos_; }
 
-  Status truncated(const std::string& what, uint64_t need) const {
-    return errorf("%s: truncated: reading %s at byte %" PRIu64 " needs %" PRIu64
-                  " bytes, only %" PRIu64 " left (file size %" PRIu64 ")",
-                  name_.c_str(), what.c_str(), pos_, need, remaining(), size_);
+  // `what` names the field for messages: a string, or a callable returning one, so the hot
+  // loops (a 262144-entry vocabulary) build no message unless something is wrong.
+  template <typename What>
+  static std::string describe(const What& what) {
+    if constexpr (std::is_invocable_v<const What&>) {
+      return what();
+    } else {
+      return std::string(what);
+    }
   }
 
-  Status skip(uint64_t n, const std::string& what) {
+  template <typename What>
+  Status truncated(const What& what, uint64_t need) const {
+    return errorf("%s: truncated: reading %s at byte %" PRIu64 " needs %" PRIu64
+                  " bytes, only %" PRIu64 " left (file size %" PRIu64 ")",
+                  name_.c_str(), describe(what).c_str(), pos_, need, remaining(), size_);
+  }
+
+  template <typename What>
+  Status skip(uint64_t n, const What& what) {
     if (n > remaining()) return truncated(what, n);
     pos_ += n;
     return ok_status();
   }
 
-  template <typename T>
-  Status read(T* v, const std::string& what) {
-    if (sizeof(T) > remaining()) return truncated(what, sizeof(T));
+  template <typename T, typename What>
+  Status read(T* v, const What& what) {
+    if (sizeof(T) > remaining()) return truncated([&] { return describe(what); }, sizeof(T));
     std::memcpy(v, data_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return ok_status();
   }
 
   // A GGUF string: u64 length, then that many bytes (no terminator).
-  Status read_string(std::string_view* s, const std::string& what) {
+  template <typename What>
+  Status read_string(std::string_view* s, const What& what) {
     const uint64_t at = pos_;
     uint64_t len = 0;
-    GEM_RETURN_IF_ERROR(read(&len, "the length of " + what));
+    GEM_RETURN_IF_ERROR(read(&len, [&] { return "the length of " + describe(what); }));
     if (len > remaining()) {
       return errorf("%s: %s at byte %" PRIu64 ": length %" PRIu64 " exceeds the %" PRIu64
                     " bytes left in the file (size %" PRIu64 ")",
-                    name_.c_str(), what.c_str(), at, len, remaining(), size_);
+                    name_.c_str(), describe(what).c_str(), at, len, remaining(), size_);
     }
     *s = std::string_view(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
@@ -352,8 +367,8 @@ Status GgufFile::parse_kvs(Cursor& cur, uint64_t n_kv) {
           kv.array_strings.reserve(kv.array_count);
           for (uint64_t k = 0; k < kv.array_count; ++k) {
             std::string_view s;
-            GEM_RETURN_IF_ERROR(
-                cur.read_string(&s, strprintf("string #%" PRIu64 " of ", k) + where));
+            GEM_RETURN_IF_ERROR(cur.read_string(
+                &s, [&] { return strprintf("string #%" PRIu64 " of ", k) + where; }));
             kv.array_strings.push_back(s);
           }
         } else {
