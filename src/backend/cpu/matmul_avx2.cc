@@ -5,6 +5,12 @@
 
 #ifdef GEM_CPU_AVX2
 
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 headers self-initialise their "undefined" vectors (`__m512 __Y = __Y;`),
+// which -Wuninitialized reports at every inlined use (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>
@@ -194,6 +200,103 @@ inline void micro_f32(const model::TensorView& w, const QuantizedX& x, int64_t r
   }
 }
 
+// ---- AVX-512 (F+BW) variants of the 32-block and F32 tiles ----
+// The same arithmetic as micro_q32 / micro_f32, two 32-value blocks (or 16 floats) per
+// register. AVX-512 has no vpsignb, so q·sign(w) is a masked negate. Q6_K keeps the AVX2 tile.
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define GEM_CPU_AVX512 1
+
+inline __m512i join256(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+inline __m512 join256ps(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// dot32 for two blocks: lanes 0..7 hold block 0's partial sums, lanes 8..15 block 1's.
+inline __m512i dot64(__m512i w, __m512i q) {
+  const __m512i abs_w = _mm512_abs_epi8(w);
+  const __m512i q_signed = _mm512_mask_sub_epi8(q, _mm512_movepi8_mask(w), _mm512_setzero_si512(), q);
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(abs_w, q_signed), _mm512_set1_epi16(1));
+}
+
+template <bool kQ4, int R, int T>
+inline void micro_q32_512(const model::TensorView& w, const QuantizedX& x, int64_t r, int t,
+                          float* y, int64_t ldy) {
+  constexpr int64_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const uint64_t rb = w.row_bytes();
+  const uint8_t* wr[R];
+  for (int i = 0; i < R; ++i) wr[i] = w.data + (r + i) * rb;
+  const int8_t* xq[T];
+  const float* xd[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.cols;
+    xd[j] = x.d + (t + j) * x.n_blocks;
+  }
+  __m512 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= x.n_blocks; b += 2) {
+    __m512i q[T];
+    for (int j = 0; j < T; ++j) q[j] = _mm512_loadu_si512(xq[j] + 32 * b);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* b0 = wr[i] + b * kBlockBytes;
+      const uint8_t* b1 = b0 + kBlockBytes;
+      const float dw0 = load_half(b0), dw1 = load_half(b1);
+      const __m512i wv = kQ4 ? join256(unpack_q4_0(b0 + 2), unpack_q4_0(b1 + 2))
+                             : join256(loadu256(b0 + 2), loadu256(b1 + 2));
+      for (int j = 0; j < T; ++j) {
+        const __m512 scale = join256ps(_mm256_set1_ps(dw0 * xd[j][b]), _mm256_set1_ps(dw1 * xd[j][b + 1]));
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot64(wv, q[j])), scale, acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      float s = _mm512_reduce_add_ps(acc[i][j]);
+      if (b < x.n_blocks) {  // odd block count: the last block as in micro_q32
+        const uint8_t* blk = wr[i] + b * kBlockBytes;
+        const __m256i wv = kQ4 ? unpack_q4_0(blk + 2) : loadu256(blk + 2);
+        const __m256i p = dot32(_mm256_sign_epi8(wv, wv), wv, loadu256(xq[j] + 32 * b));
+        s += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(load_half(blk) * xd[j][b])));
+      }
+      y[(t + j) * ldy + r + i] = s;
+    }
+  }
+}
+
+template <int R, int T>
+inline void micro_f32_512(const model::TensorView& w, const QuantizedX& x, int64_t r, int t,
+                          float* y, int64_t ldy) {
+  const float* wr[R];
+  for (int i = 0; i < R; ++i) wr[i] = w.f32() + (r + i) * w.cols;
+  const float* xt[T];
+  for (int j = 0; j < T; ++j) xt[j] = x.xf + (t + j) * x.cols;
+  __m512 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= w.cols; c += 16) {
+    __m512 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm512_loadu_ps(wr[i] + c);
+    for (int j = 0; j < T; ++j) {
+      const __m512 xv = _mm512_loadu_ps(xt[j] + c);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      float s = _mm512_reduce_add_ps(acc[i][j]);
+      for (int64_t cc = c; cc < w.cols; ++cc) s += wr[i][cc] * xt[j][cc];
+      y[(t + j) * ldy + r + i] = s;
+    }
+  }
+}
+#endif  // __AVX512F__ && __AVX512BW__
+
 // ---- Tile drivers: token tiles of up to 4, rows in tiles of R with single-row remainders ----
 
 enum class Kind { kF32, kQ4_0, kQ8_0, kQ6_K };
@@ -201,9 +304,15 @@ enum class Kind { kF32, kQ4_0, kQ8_0, kQ6_K };
 template <Kind K, int R, int T>
 inline void micro(const model::TensorView& w, const QuantizedX& x, int64_t r, int t, float* y,
                   int64_t ldy) {
+#ifdef GEM_CPU_AVX512
+  if constexpr (K == Kind::kF32) micro_f32_512<R, T>(w, x, r, t, y, ldy);
+  if constexpr (K == Kind::kQ4_0) micro_q32_512<true, R, T>(w, x, r, t, y, ldy);
+  if constexpr (K == Kind::kQ8_0) micro_q32_512<false, R, T>(w, x, r, t, y, ldy);
+#else
   if constexpr (K == Kind::kF32) micro_f32<R, T>(w, x, r, t, y, ldy);
   if constexpr (K == Kind::kQ4_0) micro_q32<true, R, T>(w, x, r, t, y, ldy);
   if constexpr (K == Kind::kQ8_0) micro_q32<false, R, T>(w, x, r, t, y, ldy);
+#endif
   if constexpr (K == Kind::kQ6_K) micro_q6_k<R, T>(w, x, r, t, y, ldy);
 }
 
@@ -215,7 +324,7 @@ inline void rows_pass(const model::TensorView& w, const QuantizedX& x, int64_t r
   for (; r < r1; ++r) micro<K, 1, T>(w, x, r, t, y, ldy);
 }
 
-// Register budget (16 ymm): R·T float accumulators plus T activation blocks plus the unpacked
+// Register budget (16 ymm; AVX-512 has 32 zmm, the same tiles fit easily): R·T float accumulators plus T activation blocks plus the unpacked
 // weights. Q6_K needs T more int32 sums per row, so it keeps one row per tile when T > 1.
 template <Kind K>
 void tile(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1, int t0, int t1,
@@ -255,7 +364,13 @@ TileFn avx2_tile_fn(DType t) {
   }
 }
 
-const char* avx2_isa() { return "avx2"; }
+const char* avx2_isa() {
+#ifdef GEM_CPU_AVX512
+  return "avx512";
+#else
+  return "avx2";
+#endif
+}
 
 }  // namespace gem::cpu::detail
 

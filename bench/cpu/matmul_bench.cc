@@ -1,0 +1,176 @@
+// CPU kernel benchmark: this machine's memory bandwidth (read-only sum, copy) and gem's matmul
+// on 12B-shaped matrices (decode: GB/s of weights streamed; prefill: integer GOP/s), 1 and 2
+// threads. Weights are random but valid; several copies are cycled so decode reads from DRAM.
+// Usage: gem_cpu_matmul_bench [--threads N] [--quick] [--hot] [--only attn_k/Q4_0] [--no-bw]
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/thread_pool.h"
+#include "base/dtype.h"
+#include "base/timer.h"
+
+namespace gem::cpu {
+namespace {
+
+// Every cache line of buf read (sum of floats), split over the pool; best of `reps`.
+double bench_read(ThreadPool& pool, const std::vector<float>& buf, int reps) {
+  double best = 1e30;
+  std::vector<double> partial(static_cast<size_t>(pool.size()));
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    pool.parallel_for(static_cast<int64_t>(buf.size()), [&](int64_t b, int64_t e, int c) {
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+      int64_t i = b;
+      for (; i + 8 <= e; i += 8) {
+        s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3];
+        s4 += buf[i + 4]; s5 += buf[i + 5]; s6 += buf[i + 6]; s7 += buf[i + 7];
+      }
+      for (; i < e; ++i) s0 += buf[i];
+      partial[static_cast<size_t>(c)] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+    });
+    best = std::min(best, t.seconds());
+  }
+  double sink = 0;
+  for (double p : partial) sink += p;
+  if (sink == 12345.678) std::printf(" ");
+  return static_cast<double>(buf.size()) * 4 / best / 1e9;
+}
+
+// memcpy of buf into dst, split over the pool: GB/s counting read + write bytes.
+double bench_copy(ThreadPool& pool, const std::vector<float>& src, std::vector<float>& dst, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    pool.parallel_for(static_cast<int64_t>(src.size()), [&](int64_t b, int64_t e, int) {
+      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b) * 4);
+    });
+    best = std::min(best, t.seconds());
+  }
+  return 2.0 * static_cast<double>(src.size()) * 4 / best / 1e9;
+}
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  model::TensorView view;
+};
+
+Matrix make_matrix(DType type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  const DTypeInfo info = *dtype_info(static_cast<uint32_t>(type));
+  Matrix m;
+  m.bytes.resize(rows * dtype_row_bytes(info, cols));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+  // Valid small fp16 scales (random bytes could be inf/NaN).
+  const uint16_t d = f32_to_fp16(0.01f);
+  const size_t bb = info.block_bytes;
+  const size_t d_off = type == DType::kQ6_K ? 208 : 0;
+  if (type != DType::kF32) {
+    for (size_t o = 0; o < m.bytes.size(); o += bb) std::memcpy(&m.bytes[o + d_off], &d, 2);
+  } else {
+    std::normal_distribution<float> n(0.0f, 0.02f);
+    for (size_t o = 0; o < m.bytes.size(); o += 4) {
+      const float v = n(rng);
+      std::memcpy(&m.bytes[o], &v, 4);
+    }
+  }
+  m.view = model::TensorView{"bench.weight", type, m.bytes.data(), rows, cols, m.bytes.size()};
+  return m;
+}
+
+struct Shape {
+  const char* name;
+  DType type;
+  int64_t rows, cols;
+};
+
+void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot) {
+  std::mt19937_64 rng(1);
+  const Matrix one = make_matrix(s.type, s.rows, s.cols, rng);
+  const double w_bytes = static_cast<double>(one.bytes.size());
+  // Enough copies that one pass over them overflows the 32 MiB L3 several times.
+  // --hot: one copy, so a matrix that fits in L3 measures the kernel rather than DRAM.
+  const int n_copies = hot ? 1 : std::max(1, static_cast<int>(std::ceil(192e6 / w_bytes)));
+  std::vector<Matrix> mats;
+  mats.reserve(static_cast<size_t>(n_copies));
+  for (int i = 0; i < n_copies; ++i) {
+    mats.push_back(Matrix{one.bytes, {}});
+    mats.back().view = one.view;
+    mats.back().view.data = mats.back().bytes.data();
+  }
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int n_tok : {1, 128, 512}) {
+    if (quick && n_tok == 512) continue;
+    if (n_tok > 1 && s.rows > 65536) continue;  // the head is run for the last token only
+    std::vector<float> x(static_cast<size_t>(n_tok * s.cols));
+    for (float& v : x) v = n(rng);
+    std::vector<float> y(static_cast<size_t>(n_tok * s.rows));
+    const int calls = n_tok == 1 ? std::max(8, n_copies * 2) : 2;
+    matmul(mats[0].view, x.data(), n_tok, y.data(), pool);  // warm-up
+    Timer t;
+    for (int c = 0; c < calls; ++c) {
+      matmul(mats[static_cast<size_t>(c % n_copies)].view, x.data(), n_tok, y.data(), pool);
+    }
+    const double sec = t.seconds() / calls;
+    const double gbs = w_bytes / sec / 1e9;
+    const double gops = 2.0 * s.rows * s.cols * n_tok / sec / 1e9;
+    std::printf("matmul%s,%s,%s,%lldx%lld,threads=%d,n_tokens=%d,%.3f ms,%.2f GB/s,%.1f GOP/s,%.1f tok/s\n",
+                hot ? "(hot)" : "", s.name, std::string(dtype_name(s.type)).c_str(), static_cast<long long>(s.rows),
+                static_cast<long long>(s.cols), pool.size(), n_tok, sec * 1e3, gbs, gops,
+                n_tok / sec);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+}  // namespace gem::cpu
+
+int main(int argc, char** argv) {
+  using namespace gem;
+  using namespace gem::cpu;
+  int max_threads = 2;
+  bool quick = false, hot = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) max_threads = std::atoi(argv[++i]);
+    if (a == "--quick") quick = true;
+    if (a == "--hot") hot = true;
+    if (a == "--only" && i + 1 < argc) only = argv[++i];  // a shape name
+    if (a == "--no-bw") only = only.empty() ? "*" : only;
+  }
+  std::printf("matmul ISA: %s\n", std::string(matmul_isa()).c_str());
+  if (only.empty()) {
+    std::vector<float> src(static_cast<size_t>(128) << 20, 1.0f), dst(src.size(), 0.0f);  // 512 MiB
+    for (int th = 1; th <= max_threads; ++th) {
+      ThreadPool pool(th);
+      std::printf("bandwidth,threads=%d,read %.2f GB/s,copy %.2f GB/s (read+write)\n", th,
+                  bench_read(pool, src, 5), bench_copy(pool, src, dst, 5));
+      std::fflush(stdout);
+    }
+  }
+  // Gemma 4 12B: n_embd 3840, 16 heads × 256 (q 4096), 8 KV heads × 256 (k/v 2048), FFN 15360,
+  // head = token_embd [262144, 3840] (Q6_K in the QAT files).
+  const Shape shapes[] = {
+      {"ffn_gate/up", DType::kQ4_0, 15360, 3840}, {"ffn_down", DType::kQ4_0, 3840, 15360},
+      {"attn_q", DType::kQ4_0, 4096, 3840},       {"attn_output", DType::kQ4_0, 3840, 4096},
+      {"attn_k", DType::kQ4_0, 2048, 3840},       {"ffn_gate/up", DType::kQ8_0, 15360, 3840},
+      {"head", DType::kQ6_K, 262144, 3840},       {"ffn_gate/up", DType::kQ6_K, 15360, 3840},
+      {"ffn_gate/up", DType::kF32, 15360, 3840},
+  };
+  for (int th = 1; th <= max_threads; ++th) {
+    ThreadPool pool(th);
+    for (const Shape& s : shapes) {
+      if (quick && th == 1 && s.type != DType::kQ4_0) continue;
+      if (!only.empty() && only != "*" && only != s.name + std::string("/") + std::string(dtype_name(s.type))) continue;
+      bench_shape(s, pool, quick, hot);
+    }
+  }
+  return 0;
+}
