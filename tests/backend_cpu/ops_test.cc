@@ -1,0 +1,305 @@
+// The reference ops against hand-computed values and the spec's worked numbers; the fast ops
+// against the reference on seeded random inputs (awkward sizes, f16 storage, rings, GQA); the
+// KV cache's ring, positions and journal.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/ops_fast.h"
+#include "backend/cpu/ops_ref.h"
+#include "backend/cpu/thread_pool.h"
+#include "base/dtype.h"
+
+namespace gem::cpu {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+TEST(OpsRef, RmsNorm) {
+  const float x[] = {3.0f, 4.0f, 0.0f, -2.0f};
+  const float w[] = {1.0f, 2.0f};
+  float y[4];
+  rms_norm(x, w, 2, 2, 0.0f, y);
+  const float r0 = std::sqrt(12.5f), r1 = std::sqrt(2.0f);
+  EXPECT_NEAR(y[0], 3.0f / r0, 1e-6);
+  EXPECT_NEAR(y[1], 2.0f * 4.0f / r0, 1e-6);
+  EXPECT_NEAR(y[2], 0.0f, 1e-6);
+  EXPECT_NEAR(y[3], 2.0f * -2.0f / r1, 1e-6);
+  rms_norm(x, nullptr, 1, 4, 1e-6f, y);  // RMS₀: unit mean square
+  double ms = 0;
+  for (int i = 0; i < 4; ++i) ms += y[i] * y[i];
+  EXPECT_NEAR(ms / 4, 1.0, 1e-5);
+}
+
+TEST(OpsRef, RopeInvFreqProportional) {
+  // spec §4.4: full layers, head 512, θ 1e6, rope_freqs 1.0 × 64 then 1e30.
+  std::vector<float> ff(256, 1e30f);
+  for (int i = 0; i < 64; ++i) ff[i] = 1.0f;
+  std::vector<double> inv(256);
+  rope_inv_freq(512, 1e6f, ff.data(), inv.data());
+  EXPECT_NEAR(inv[0], 1.0, 1e-12);
+  EXPECT_NEAR(inv[1], 0.947464, 1e-6);
+  EXPECT_NEAR(inv[32], 0.177828, 1e-6);
+  EXPECT_NEAR(inv[63], 0.0333762, 1e-7);
+  EXPECT_LT(inv[64], 1e-29);
+  // Sliding: head 256, θ 1e4, no factors.
+  rope_inv_freq(256, 1e4f, nullptr, inv.data());
+  EXPECT_NEAR(inv[1], 0.930572, 1e-6);
+  EXPECT_NEAR(inv[64], 0.01, 1e-9);
+  EXPECT_NEAR(inv[127], 1.0746e-4, 1e-8);
+}
+
+TEST(OpsRef, RopeNeoxPairsHalves) {
+  // head_dim 4: pairs (0, 2) and (1, 3); θ 100 → inv_freq {1, 0.1}.
+  double inv[2];
+  rope_inv_freq(4, 100.0f, nullptr, inv);
+  EXPECT_NEAR(inv[1], 0.1, 1e-12);
+  float x[8] = {1, 0, 0, 0, 0, 1, 0, 0};  // 2 heads
+  const int32_t pos[] = {3};
+  rope_neox(x, 1, 2, 4, pos, inv);
+  EXPECT_NEAR(x[0], std::cos(3.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(3.0), 1e-6);
+  EXPECT_NEAR(x[1], 0.0, 1e-7);
+  EXPECT_NEAR(x[3], 0.0, 1e-7);
+  EXPECT_NEAR(x[5], std::cos(0.3), 1e-6);
+  EXPECT_NEAR(x[7], std::sin(0.3), 1e-6);
+  // Position 0 and a 1e30 factor are the identity.
+  float y[4] = {0.5f, -1.5f, 2.0f, 3.0f};
+  const float ff[2] = {1e30f, 1e30f};
+  rope_inv_freq(4, 100.0f, ff, inv);
+  const int32_t far[] = {100000};
+  rope_neox(y, 1, 1, 4, far, inv);
+  EXPECT_FLOAT_EQ(y[0], 0.5f);
+  EXPECT_FLOAT_EQ(y[1], -1.5f);
+  EXPECT_FLOAT_EQ(y[2], 2.0f);
+  EXPECT_FLOAT_EQ(y[3], 3.0f);
+}
+
+TEST(OpsRef, GeluAndSoftcap) {
+  EXPECT_NEAR(gelu_tanh(1.0f), 0.841192, 1e-6);
+  EXPECT_NEAR(gelu_tanh(-1.0f), -0.158808, 1e-6);
+  EXPECT_EQ(gelu_tanh(0.0f), 0.0f);
+  float g[2] = {1.0f, 2.0f};
+  const float u[2] = {2.0f, -1.0f};
+  gelu_tanh_mul(g, u, 2);
+  EXPECT_NEAR(g[0], 2 * 0.841192, 2e-6);
+  EXPECT_NEAR(g[1], -1.954598, 2e-6);
+  float z[3] = {45.0f, 10.0f, -10.0f};  // spec §4.6
+  softcap(z, 3, 30.0f);
+  EXPECT_NEAR(z[0], 27.154, 1e-3);
+  EXPECT_NEAR(z[1], 9.645, 1e-3);
+  EXPECT_NEAR(z[2], -9.645, 1e-3);
+}
+
+TEST(OpsRef, AttentionHandComputed) {
+  // One query, head_dim 2, keys at positions 0, 1, 2 (one segment); scale 1.
+  const float q[] = {1.0f, 2.0f};
+  const float k[] = {1.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f};
+  const float v[] = {1.0f, 0.0f, 0.0f, 1.0f, 2.0f, 2.0f};
+  KvSegment seg;
+  seg.k = k;
+  seg.v = v;
+  seg.head_stride = 6;
+  seg.slot_stride = 2;
+  seg.n_slots = 3;
+  float out[2];
+  const int32_t qpos[] = {2};
+  attention(q, qpos, 1, 1, 1, 2, 0, 1.0f, {&seg, 1}, out);
+  const double e0 = std::exp(1.0), e1 = std::exp(2.0), e2 = std::exp(3.0), s = e0 + e1 + e2;
+  EXPECT_NEAR(out[0], (e0 * 1 + e2 * 2) / s, 1e-6);
+  EXPECT_NEAR(out[1], (e1 * 1 + e2 * 2) / s, 1e-6);
+  // Window 2: keys 1, 2 only.
+  attention(q, qpos, 1, 1, 1, 2, 2, 1.0f, {&seg, 1}, out);
+  EXPECT_NEAR(out[0], (e2 * 2) / (e1 + e2), 1e-6);
+  EXPECT_NEAR(out[1], (e1 + e2 * 2) / (e1 + e2), 1e-6);
+  // Causal: a query at position 0 sees key 0 only.
+  const int32_t qpos0[] = {0};
+  attention(q, qpos0, 1, 1, 1, 2, 0, 1.0f, {&seg, 1}, out);
+  EXPECT_NEAR(out[0], 1.0, 1e-6);
+  EXPECT_NEAR(out[1], 0.0, 1e-6);
+}
+
+TEST(OpsRef, AttentionGqaMapping) {
+  // 4 query heads, 2 KV heads: heads 0,1 read KV head 0, heads 2,3 KV head 1. One key per head,
+  // V constant per KV head, so the output is that constant.
+  const int hd = 4;
+  std::vector<float> q = random_vec(4 * hd, 1);
+  std::vector<float> k = random_vec(2 * hd, 2);
+  std::vector<float> v(2 * hd);
+  for (int d = 0; d < hd; ++d) {
+    v[d] = 10.0f;
+    v[hd + d] = -3.0f;
+  }
+  KvSegment seg;
+  seg.k = k.data();
+  seg.v = v.data();
+  seg.head_stride = hd;  // [1 slot][2 heads][hd] as a tile stores it
+  seg.slot_stride = 2 * hd;
+  seg.n_slots = 1;
+  std::vector<float> out(4 * hd);
+  const int32_t qpos[] = {0};
+  attention(q.data(), qpos, 1, 4, 2, hd, 0, 1.0f, {&seg, 1}, out.data());
+  for (int j = 0; j < 4; ++j) {
+    for (int d = 0; d < hd; ++d) EXPECT_NEAR(out[j * hd + d], j < 2 ? 10.0f : -3.0f, 1e-5) << j;
+  }
+}
+
+// Random attention problem: a ring segment (some empty slots, rotated start) plus a tile.
+struct AttnCase {
+  int n_tokens, n_heads, n_kv_heads, head_dim, window, ring_slots, pos0;
+  bool f16;
+};
+
+void run_attention_case(const AttnCase& c, ThreadPool& pool) {
+  const int kv_width = c.n_kv_heads * c.head_dim;
+  std::vector<float> q = random_vec(static_cast<size_t>(c.n_tokens) * c.n_heads * c.head_dim, 11, 0.5f);
+  std::vector<float> ring_k = random_vec(static_cast<size_t>(c.ring_slots) * kv_width, 12, 0.5f);
+  std::vector<float> ring_v = random_vec(ring_k.size(), 13);
+  std::vector<float> tile_k = random_vec(static_cast<size_t>(c.n_tokens) * kv_width, 14, 0.5f);
+  std::vector<float> tile_v = random_vec(tile_k.size(), 15);
+  std::vector<uint16_t> ring_k16(ring_k.size()), ring_v16(ring_v.size());
+  for (size_t i = 0; i < ring_k.size(); ++i) {
+    ring_k16[i] = f32_to_fp16(ring_k[i]);
+    ring_v16[i] = f32_to_fp16(ring_v[i]);
+  }
+  // Ring slot s holds the latest position < pos0 with p % slots == s (empty when none).
+  std::vector<int32_t> ring_pos(c.ring_slots, -1);
+  for (int p = std::max(0, c.pos0 - c.ring_slots); p < c.pos0; ++p) ring_pos[p % c.ring_slots] = p;
+  KvSegment ring;
+  ring.k = c.f16 ? static_cast<const void*>(ring_k16.data()) : ring_k.data();
+  ring.v = c.f16 ? static_cast<const void*>(ring_v16.data()) : ring_v.data();
+  ring.f16 = c.f16;
+  ring.head_stride = static_cast<int64_t>(c.ring_slots) * c.head_dim;
+  ring.slot_stride = c.head_dim;
+  ring.pos = ring_pos.data();
+  ring.n_slots = c.ring_slots;
+  ring.first_slot = c.pos0 % c.ring_slots;
+  KvSegment tile;
+  tile.k = tile_k.data();
+  tile.v = tile_v.data();
+  tile.head_stride = c.head_dim;
+  tile.slot_stride = kv_width;
+  tile.pos_base = c.pos0;
+  tile.n_slots = c.n_tokens;
+  const KvSegment segs[2] = {ring, tile};
+  std::vector<int32_t> qpos(c.n_tokens);
+  for (int t = 0; t < c.n_tokens; ++t) qpos[t] = c.pos0 + t;
+  std::vector<float> want(q.size()), got(q.size());
+  attention(q.data(), qpos.data(), c.n_tokens, c.n_heads, c.n_kv_heads, c.head_dim, c.window, 1.0f,
+            segs, want.data());
+  const int64_t per_thread = c.ring_slots + c.n_tokens + c.head_dim;
+  std::vector<float> scratch(pool.size() * per_thread);
+  attention_fast(q.data(), qpos.data(), c.n_tokens, c.n_heads, c.n_kv_heads, c.head_dim, c.window,
+                 1.0f, segs, got.data(), pool, scratch.data(), per_thread);
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(want[i]) - got[i]));
+  EXPECT_LT(worst, 2e-5) << "tokens " << c.n_tokens << " heads " << c.n_heads << "/" << c.n_kv_heads
+                         << " hd " << c.head_dim << " window " << c.window << " ring " << c.ring_slots
+                         << " pos0 " << c.pos0 << " f16 " << c.f16;
+}
+
+TEST(OpsFast, AttentionMatchesReference) {
+  ThreadPool pool(3);
+  const AttnCase cases[] = {
+      {1, 4, 2, 32, 16, 16, 0, false},   {1, 4, 2, 32, 16, 16, 37, false},
+      {5, 4, 2, 32, 16, 16, 37, true},   {17, 8, 4, 32, 8, 8, 3, false},
+      {3, 16, 1, 512, 0, 40, 40, true},  {7, 2, 2, 127, 5, 5, 11, false},
+      {1, 32, 4, 256, 0, 300, 300, false}, {33, 4, 1, 64, 16, 16, 100, true},
+  };
+  for (const AttnCase& c : cases) run_attention_case(c, pool);
+}
+
+TEST(OpsFast, NormGeluDotMatchReference) {
+  ThreadPool pool(2);
+  for (int cols : {1, 3, 32, 127, 256, 3840}) {
+    const int rows = 5;
+    std::vector<float> x = random_vec(static_cast<size_t>(rows) * cols, 21, 3.0f);
+    std::vector<float> w = random_vec(cols, 22);
+    std::vector<float> want(x.size()), got(x.size());
+    rms_norm(x.data(), w.data(), rows, cols, 1e-6f, want.data());
+    rms_norm_fast(x.data(), w.data(), rows, cols, 1e-6f, got.data(), pool);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])));
+    std::vector<float> g1 = x, g2 = x;
+    gelu_tanh_mul(g1.data(), want.data(), static_cast<int64_t>(x.size()));
+    gelu_tanh_mul_fast(g2.data(), want.data(), static_cast<int64_t>(x.size()), pool);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(g2[i], g1[i], 1e-5 * (1 + std::fabs(g1[i])));
+    std::vector<uint16_t> w16(cols);
+    double d32 = 0, d16 = 0;
+    for (int i = 0; i < cols; ++i) {
+      w16[i] = f32_to_fp16(w[i]);
+      d32 += double(x[i]) * w[i];
+      d16 += double(x[i]) * fp16_to_f32(w16[i]);
+    }
+    EXPECT_NEAR(dot_f32(x.data(), w.data(), cols), d32, 1e-4 * (1 + std::fabs(d32)));
+    EXPECT_NEAR(dot_f16(x.data(), w16.data(), cols), d16, 1e-4 * (1 + std::fabs(d16)));
+  }
+}
+
+TEST(KvCache, RingPositionsAndJournal) {
+  // Two layers: a sliding one (window 4, 2 KV heads × 8) and a full one (1 × 16), n_ctx 32.
+  std::vector<model::LayerPlan> plan(2);
+  plan[0] = {0, model::AttnKind::kSliding, 4, 2, 8, 4, 1e4f, 8, 4, false, 0};
+  plan[1] = {1, model::AttnKind::kFull, 4, 1, 16, 0, 1e6f, 16, 2, true, 0};
+  for (model::KvType type : {model::KvType::kF32, model::KvType::kF16, model::KvType::kF16Full}) {
+    KvCache kv(plan, 32, type);
+    EXPECT_EQ(kv.bytes(), model::kv_cache_bytes(plan, 32, type));
+    EXPECT_EQ(kv.layer(0).n_slots, 4);
+    EXPECT_EQ(kv.layer(1).n_slots, 32);
+    // Value of (position, head, dim) encodes all three, exactly representable in f16.
+    auto fill = [](int pos0, int n, int width) {
+      std::vector<float> v(static_cast<size_t>(n) * width);
+      for (int t = 0; t < n; ++t) {
+        for (int i = 0; i < width; ++i) v[t * width + i] = static_cast<float>((pos0 + t) * 64 + i);
+      }
+      return v;
+    };
+    auto ring_value = [&](int slot, int head, int d) {
+      const KvCache::Layer& l = kv.layer(0);
+      const uint64_t idx = (static_cast<uint64_t>(head) * l.n_slots + slot) * l.head_dim + d;
+      return l.f16 ? fp16_to_f32(reinterpret_cast<const uint16_t*>(l.k.get())[idx])
+                   : reinterpret_cast<const float*>(l.k.get())[idx];
+    };
+    std::vector<float> a = fill(0, 6, 16);
+    kv.write(0, 0, 6, a.data(), a.data());  // positions 0..5: only 2..5 land
+    KvSegment seg = kv.segment(0, 6);
+    EXPECT_EQ(seg.first_slot, 2);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(seg.slot_pos(seg.slot_at(i)), 2 + i);  // ascending
+    EXPECT_EQ(ring_value(1, 1, 3), 5 * 64 + 8 + 3);  // position 5 is in slot 1, head 1
+    kv.checkpoint();
+    std::vector<float> b = fill(6, 3, 16);
+    kv.write(0, 6, 3, b.data(), b.data());  // overwrites slots 2, 3, 0
+    EXPECT_EQ(kv.layer(0).pos[2], 6);
+    EXPECT_EQ(kv.layer(0).pos[0], 8);
+    EXPECT_EQ(ring_value(0, 0, 0), 8 * 64);
+    kv.restore();
+    EXPECT_EQ(kv.layer(0).pos[0], 4);
+    EXPECT_EQ(kv.layer(0).pos[2], 2);
+    EXPECT_EQ(kv.layer(0).pos[3], 3);
+    EXPECT_EQ(ring_value(0, 0, 0), 4 * 64);
+    EXPECT_EQ(ring_value(2, 1, 7), 2 * 64 + 15);
+    // The journal stays open: write again, restore again.
+    kv.write(0, 6, 3, b.data(), b.data());
+    kv.restore();
+    EXPECT_EQ(ring_value(3, 0, 1), 3 * 64 + 1);
+    kv.reset();
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(kv.layer(0).pos[s], -1);
+    // Full layer: position p in slot p; the segment covers 0..n_past-1.
+    std::vector<float> c = fill(0, 3, 16);
+    kv.write(1, 0, 3, c.data(), c.data());
+    seg = kv.segment(1, 3);
+    EXPECT_EQ(seg.n_slots, 3);
+    EXPECT_EQ(seg.slot_pos(2), 2);
+  }
+}
+
+}  // namespace
+}  // namespace gem::cpu
