@@ -505,13 +505,16 @@ Status GgufFile::check_tensor_extents() {
     // data_offset_ <= size_ + alignment, offsets and sizes < 2^64: compare without overflow.
     const uint64_t avail = data_offset_ <= size_ ? size_ - data_offset_ : 0;
     if (data_offset_ > size_ || t.offset > avail || t.n_bytes > avail - t.offset) {
-      const uint64_t start = data_offset_ + std::min<uint64_t>(t.offset, UINT64_MAX / 2);
-      return errorf("%s: %s: data extent [%" PRIu64 ", %s) ends past the end of the file (size %"
-                    PRIu64 ")",
-                    name, where(t).c_str(), start,
-                    t.n_bytes > UINT64_MAX / 2 - start ? "2^64+"
-                                                       : std::to_string(start + t.n_bytes).c_str(),
-                    size_);
+      uint64_t start = 0;
+      uint64_t end = 0;
+      const bool wraps = __builtin_add_overflow(data_offset_, t.offset, &start) ||
+                         __builtin_add_overflow(start, t.n_bytes, &end);
+      return errorf("%s: %s: data extent [%s, %s) ends past the end of the file (size %" PRIu64
+                    ")",
+                    name, where(t).c_str(),
+                    wraps ? strprintf("%" PRIu64 " + %" PRIu64, data_offset_, t.offset).c_str()
+                          : std::to_string(start).c_str(),
+                    wraps ? "beyond 2^64" : std::to_string(end).c_str(), size_);
     }
     t.data = base_ + data_offset_ + t.offset;
   }

@@ -299,6 +299,8 @@ std::vector<MalformedCase> malformed_cases() {
       "tensor 'blk.0.attn_q.weight' (info at byte 273): data extent [416, 484) ends past the end of the file (size 452)");
   add("offset-2^63", [](FileSpec& s) { s.tensors[1].offset = 1ull << 63; s.data_bytes = 192; },
       "ends past the end of the file");
+  add("offset-near-2^64", [](FileSpec& s) { s.tensors[1].offset = UINT64_MAX - 31; s.data_bytes = 192; },
+      "data extent [352 + 18446744073709551584, beyond 2^64) ends past the end of the file");
   add("huge-tensor-past-eof", [&](FileSpec& s) { s.tensors[0].type = f32; s.tensors[0].ne = {1ull << 40, 4}; s.data_bytes = 192; },
       "ends past the end of the file");
   add("no-data-section", [](FileSpec& s) { s.data_bytes = 0; }, "ends past the end of the file");
