@@ -1,0 +1,213 @@
+// gem serve: the OpenAI-compatible HTTP/SSE server (src/server) over one model. The socket is
+// bound and answering (/health 503 "Loading model") before the weights load. Flags follow
+// llama-server's names: -m/--model, --host, --port, -c/--ctx-size, -t/--threads, --kv-type
+// (llama-server's -ctk/-ctv are spelled --cache-type-k here), --alias, --api-key, --timeout,
+// --sse-ping-interval. gem additions: --backend cpu|cuda|scripted:FILE, --max-body, --queue,
+// --tile, --reference. --n-gpu-layers/--gpu-layers are accepted and ignored (the CUDA backend
+// always holds the whole model). `--backend scripted:FILE` is TEST-ONLY: it replaces the model's
+// forward with runtime/scripted_backend.h (tests/e2e and scripts/soak.sh use it).
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "cli/command.h"
+#include "cli/serve_common.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/scripted_backend.h"
+#include "tokenizer/tokenizer.h"
+#if defined(GEM_HAVE_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace gem::cli {
+
+namespace {
+
+Result<size_t> parse_size(const std::string& s) {
+  if (s.empty()) return errorf("--max-body: empty size");
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (...) {
+    return errorf("--max-body %s: expected a byte count such as 16777216, 512K or 16M", s.c_str());
+  }
+  const std::string unit = s.substr(pos);
+  unsigned long long mul = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1ull << 10;
+  else if (unit == "M" || unit == "m" || unit == "MiB") mul = 1ull << 20;
+  else if (unit == "G" || unit == "g" || unit == "GiB") mul = 1ull << 30;
+  else if (!unit.empty()) return errorf("--max-body %s: unknown unit '%s' (K, M or G)", s.c_str(), unit.c_str());
+  if (v == 0) return errorf("--max-body %s: must be positive", s.c_str());
+  return static_cast<size_t>(v * mul);
+}
+
+std::string model_stem(const std::string& path) {
+  return std::filesystem::path(path).stem().string();
+}
+
+}  // namespace
+
+void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
+  app.add_option("-m,--model", a.model, "Gemma 4 GGUF to serve")->required();
+  app.add_option("--host", a.host, "address to bind (default 127.0.0.1: loopback only)");
+  if (with_port) app.add_option("--port", a.port, "port to listen on (default 8080; 0: any free port)");
+  app.add_option("-c,--ctx-size", a.n_ctx,
+                 "context size in tokens (default 0: the model's, at most 32768)");
+  app.add_option("-t,--threads", a.n_threads, "CPU threads (default 0: all)");
+  app.add_option("--kv-type,--cache-type-k", a.kv_type, "KV cache storage: f32, f16 or f16-full");
+  app.add_option("--alias", a.alias, "model name in /v1/models and responses (default: file stem)");
+  app.add_option("--api-key", a.api_key,
+                 "require this key (Authorization: Bearer or X-Api-Key); /health is exempt");
+  app.add_option("--backend", a.backend,
+                 "cpu, cuda, or scripted:FILE (test-only scripted outputs, see scripted_backend.h)");
+  app.add_option("--timeout", a.timeout_s, "socket read/write timeout in seconds (default 600)");
+  app.add_option("--max-body", a.max_body, "largest request body (default 16M; K/M/G suffixes)");
+  app.add_option("--queue", a.queue,
+                 "requests that may wait behind the running one (default 8; more get 503)");
+  app.add_option("--tile", a.tile, "prompt tokens evaluated per layer pass (default 256)");
+  app.add_flag("--reference", a.reference, "CPU: the plain scalar reference path");
+  app.add_option("--sse-ping-interval", a.ping_s,
+                 "longest SSE silence in seconds before a keep-alive comment (default 10)");
+  static int ignored_ngl = 0;
+  app.add_option("--n-gpu-layers,--gpu-layers", ignored_ngl,
+                 "accepted for llama-server compatibility and ignored");
+  app.add_flag("-v,--verbose", a.verbose, "debug logging");
+}
+
+void RunningServer::stop() {
+  if (server) server->stop();
+  if (thread.joinable()) thread.join();
+}
+
+Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
+  GEM_ASSIGN_OR_RETURN(size_t max_body, parse_size(a.max_body));
+  if (a.queue < 0) return errorf("--queue %d: must be >= 0", a.queue);
+  if (a.timeout_s <= 0) return errorf("--timeout %d: must be positive", a.timeout_s);
+  if (a.ping_s <= 0) return errorf("--sse-ping-interval %d: must be positive", a.ping_s);
+  if (a.tile <= 0) return errorf("--tile %d: must be positive", a.tile);
+  if (a.n_ctx < 0) return errorf("-c %d: must be >= 0", a.n_ctx);
+  server::ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.api_key = a.api_key;
+  o.model_name = a.alias.empty() ? model_stem(a.model) : a.alias;
+  o.model_path = a.model;
+  o.n_ctx = a.n_ctx > 0 ? a.n_ctx : 32768;
+  o.max_body_bytes = max_body;
+  o.max_queue = a.queue;
+  o.timeout_s = a.timeout_s;
+  o.heartbeat_s = a.ping_s;
+  o.build_info = std::string(GEM_VERSION) + "-" + GEM_GIT_COMMIT;
+  auto running = std::make_unique<RunningServer>();
+  running->server = std::make_unique<server::Server>(o);
+  GEM_RETURN_IF_ERROR(running->server->bind());
+  server::Server* s = running->server.get();
+  running->thread = std::thread([s] { s->run(); });
+  return running;
+}
+
+Status load_into(const ServeArgs& a, RunningServer& running) {
+  GEM_ASSIGN_OR_RETURN(model::KvType kv, model::parse_kv_type(a.kv_type));
+  GEM_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::load_model(a.model));
+  GEM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::from_gguf(*m->file));
+  BackendOptions bo;
+  bo.n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min(m->config.context_length > 0 ? m->config.context_length : 32768, 32768);
+  bo.kv_type = kv;
+  bo.n_threads = a.n_threads;
+  bo.n_tile = a.tile;
+  bo.reference = a.reference;
+  std::unique_ptr<Backend> backend;
+  if (a.backend == "cpu") {
+    GEM_ASSIGN_OR_RETURN(backend, cpu::make_cpu_backend(*m, bo));
+  } else if (a.backend == "cuda") {
+#if defined(GEM_HAVE_CUDA)
+    GEM_ASSIGN_OR_RETURN(backend, make_cuda_backend(*m, bo));
+#else
+    return errorf("--backend cuda: this gem was built without the CUDA backend");
+#endif
+  } else if (a.backend.rfind("scripted:", 0) == 0) {
+    GEM_LOG_WARN("--backend %s: TEST-ONLY scripted outputs, the model's weights are not used",
+                 a.backend.c_str());
+    GEM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ScriptedBackend> sb,
+                         runtime::make_scripted_backend(a.backend.substr(9), *tok, bo));
+    backend = std::move(sb);
+  } else {
+    return errorf("--backend %s: expected cpu, cuda or scripted:FILE", a.backend.c_str());
+  }
+  std::string chat_template;
+  if (auto t = m->file->get_string("tokenizer.chat_template"); t.ok()) chat_template = std::string(*t);
+  auto engine = std::make_unique<runtime::Engine>(std::move(m), std::move(backend), std::move(tok));
+  running.server->set_engine(std::move(engine), std::move(chat_template));
+  return ok_status();
+}
+
+namespace {
+
+int run_serve(const ServeArgs& a) {
+  set_log_level(a.verbose ? LogLevel::kDebug : LogLevel::kInfo);
+  // A client that hangs up mid-write must never kill the server.
+  signal(SIGPIPE, SIG_IGN);
+  // Termination signals go to one waiting thread; every other thread (created below) blocks them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto running = start_server(a);
+  if (!running.ok()) return fail("serve", running.message());
+  std::fprintf(stderr, "gem serve: listening on http://%s:%d (loading %s)\n", a.host.c_str(),
+               (*running)->server->port(), a.model.c_str());
+  std::atomic<bool> loaded{false};
+  std::atomic<bool> done{false};
+  RunningServer* rs = running->get();
+  std::thread waiter([&] {
+    while (!done.load()) {
+      timespec ts{0, 200 * 1000 * 1000};
+      const int sig = sigtimedwait(&set, nullptr, &ts);
+      if (sig > 0) {
+        std::fprintf(stderr, "gem serve: signal %d, stopping\n", sig);
+        if (!loaded.load()) std::_Exit(128 + sig);  // nothing to drain while loading
+        rs->server->stop();
+        return;
+      }
+    }
+  });
+  Timer timer;
+  Status st = load_into(a, *rs);
+  if (!st.ok()) {
+    done.store(true);
+    waiter.join();
+    rs->stop();
+    return fail("serve", st.message());
+  }
+  loaded.store(true);
+  std::fprintf(stderr, "gem serve: ready in %.1f s: model \"%s\", context %d, backend %s\n",
+               timer.seconds(), a.alias.empty() ? std::filesystem::path(a.model).stem().c_str() : a.alias.c_str(),
+               rs->server->engine()->n_ctx(), std::string(rs->server->engine()->backend().name()).c_str());
+  if (rs->thread.joinable()) rs->thread.join();
+  done.store(true);
+  waiter.join();
+  return 0;
+}
+
+RunFn setup_serve(CLI::App& sub) {
+  auto args = std::make_shared<ServeArgs>();
+  add_serve_options(sub, *args, /*with_port=*/true);
+  return [args] { return run_serve(*args); };
+}
+
+}  // namespace
+
+GEM_COMMAND(serve, "serve a model over an OpenAI-compatible HTTP API (llama-server compatible)",
+            setup_serve);
+
+}  // namespace gem::cli

@@ -1,0 +1,50 @@
+// What `gem serve` and `gem agent` share (defined in cmd_serve.cc): the server flags, which mirror
+// llama-server's names where users look for them, and starting/loading/stopping a server.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "base/status.h"
+#include "server/server.h"
+
+namespace gem::cli {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int n_ctx = 0;            // 0: the model's training context, at most 32768
+  int n_threads = 0;        // 0: all hardware threads
+  std::string kv_type = "f32";
+  std::string alias;
+  std::string api_key;
+  std::string backend = "cpu";  // cpu | cuda | scripted:FILE (test-only)
+  int timeout_s = 600;
+  std::string max_body = "16M";
+  int queue = 8;
+  int tile = 256;
+  bool reference = false;
+  int ping_s = 10;
+  bool verbose = false;
+};
+
+// Adds the server flags to `app`; `with_port` is false for `gem agent` (it picks a free port).
+void add_serve_options(CLI::App& app, ServeArgs& args, bool with_port);
+
+// A running server: bound and answering (503 while loading) until stop().
+struct RunningServer {
+  std::unique_ptr<server::Server> server;
+  std::thread thread;
+  void stop();
+};
+
+// Binds and starts answering. Errors: bad flags, a port in use.
+Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& args);
+// Loads the model, tokenizer and backend, then installs the engine (the server turns ready).
+Status load_into(const ServeArgs& args, RunningServer& running);
+
+}  // namespace gem::cli

@@ -1,0 +1,204 @@
+// Engine::generate: prefix reuse against the cached prompt, tiled prefill with progress and
+// cancellation, the sampling loop, and the rollback to the request boundary afterwards.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <optional>
+#include <random>
+
+#include "base/log.h"
+#include "base/timer.h"
+
+namespace gem::runtime {
+namespace {
+
+bool is_cancel_status(const Status& st) {
+  return !st.ok() && st.message().rfind("cancelled", 0) == 0;
+}
+
+uint64_t resolve_seed(uint64_t seed) {
+  // llama.cpp's LLAMA_DEFAULT_SEED (0xFFFFFFFF) asks for a random seed.
+  if (seed != 0xFFFFFFFFu) return seed;
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<model::Model> model, std::unique_ptr<Backend> backend,
+               std::unique_ptr<Tokenizer> tokenizer)
+    : model_(std::move(model)), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)) {}
+
+Engine::Engine(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
+
+Engine::~Engine() = default;
+
+bool Engine::is_eog(int32_t token) const {
+  if (tokenizer_ != nullptr) return tokenizer_->is_eog(token);
+  return token == tok::kEos || token == tok::kTurnEnd || token == tok::kToolRespStart;
+}
+
+void Engine::clear_cache() {
+  backend_->reset();
+  cached_.clear();
+  cached_logits_.clear();
+}
+
+Result<bool> Engine::prefill(const std::vector<int32_t>& prompt, const GenerateCallbacks& cb,
+                             GenerateResult& result) {
+  const int n = static_cast<int>(prompt.size());
+  const bool identical = !cached_.empty() && !cached_logits_.empty() && prompt == cached_;
+  const bool extends = !cached_.empty() && prompt.size() > cached_.size() &&
+                       std::equal(cached_.begin(), cached_.end(), prompt.begin());
+  if (identical) {
+    // The backend already holds exactly this prompt (rolled back after the last request) and
+    // its last-row logits are kept: nothing to evaluate.
+    result.n_cached = n;
+    if (cb.on_prompt_progress && !cb.on_prompt_progress(n, n)) return false;
+    return true;
+  }
+  int start = 0;
+  if (extends) {
+    start = static_cast<int>(cached_.size());
+  } else {
+    // A divergent or shorter prompt: the sliding rings cannot be rewound to an arbitrary
+    // position, so start over.
+    backend_->reset();
+    cached_.clear();
+    cached_logits_.clear();
+  }
+  result.n_cached = start;
+  if (cb.on_prompt_progress && !cb.on_prompt_progress(start, n)) return false;
+
+  const Timer timer;
+  int next_log = ((start / kProgressLogStep) + 1) * kProgressLogStep;
+  bool cancel_requested = false;
+  TileCallback on_tile = [&](int done, int /*total*/) {
+    const int done_all = start + done;
+    if (done_all >= next_log && done_all < n) {
+      const double secs = timer.seconds();
+      const double rate = secs > 0 ? (done_all - start) / secs : 0.0;
+      GEM_LOG_INFO("prompt: %d/%d tokens, %.1f tok/s, ETA %.1f s", done_all, n, rate,
+                   rate > 0 ? (n - done_all) / rate : 0.0);
+      next_log = (done_all / kProgressLogStep + 1) * kProgressLogStep;
+    }
+    if (cb.on_prompt_progress && !cb.on_prompt_progress(done_all, n)) {
+      cancel_requested = true;
+      return false;
+    }
+    return true;
+  };
+  const std::span<const int32_t> suffix(prompt.data() + start, prompt.size() - start);
+  Status st = backend_->eval(suffix, /*all_logits=*/false, on_tile);
+  if (cancel_requested || is_cancel_status(st)) {
+    // Put the state back as if this request had never run.
+    if (extends) {
+      backend_->restore();
+    } else {
+      backend_->reset();
+    }
+    return false;
+  }
+  if (!st.ok()) {
+    clear_cache();
+    return st.with_context("prompt evaluation: ");
+  }
+  backend_->checkpoint();
+  cached_ = prompt;
+  std::span<const float> logits = backend_->logits(-1);
+  cached_logits_.assign(logits.begin(), logits.end());
+  result.n_evaluated = n - start;
+  return true;
+}
+
+Result<GenerateResult> Engine::generate(const GenerateRequest& request,
+                                        const GenerateCallbacks& cb) {
+  GenerateResult result;
+  const int n = static_cast<int>(request.prompt.size());
+  result.n_prompt = n;
+  if (n == 0) return errorf("empty prompt: at least one token (<bos>) is required");
+  if (n >= n_ctx()) {
+    return errorf("request (%d tokens) exceeds the available context size (%d tokens), try "
+                  "increasing it",
+                  n, n_ctx());
+  }
+
+  const Timer prompt_timer;
+  Result<bool> filled = prefill(request.prompt, cb, result);
+  result.prompt_seconds = prompt_timer.seconds();
+  if (!filled.ok()) return filled.status();
+  if (!*filled) {
+    result.finish = FinishReason::kCancelledInPrompt;
+    return result;
+  }
+
+  const Timer decode_timer;
+  Rng rng(resolve_seed(request.sampling.seed));
+  std::vector<int32_t> history = request.prompt;  // what the penalties look at
+  std::vector<int32_t> generated;
+  std::span<const float> logits(cached_logits_);
+  Status failure;
+  for (;;) {
+    if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
+      result.finish = FinishReason::kLength;
+      break;
+    }
+    int32_t token = -1;
+    const double coin = rng.next_double();
+    if (request.constraint) {
+      scratch_logits_.assign(logits.begin(), logits.end());
+      token = request.constraint(std::span<float>(scratch_logits_), generated);
+      if (token < 0) token = sample_token(scratch_logits_, request.sampling, history, coin);
+    } else if (result.n_generated > 0) {
+      // The backend may sample on the device (CUDA); otherwise read its logits row.
+      std::optional<int32_t> on_device = backend_->sample(request.sampling, history, coin);
+      if (on_device) {
+        token = *on_device;
+      } else {
+        if (logits.empty()) logits = backend_->logits(-1);
+        token = sample_token(logits, request.sampling, history, coin);
+      }
+    } else {
+      token = sample_token(logits, request.sampling, history, coin);
+    }
+    generated.push_back(token);
+    history.push_back(token);
+    result.n_generated++;
+    const bool keep_going = cb.on_token ? cb.on_token(token) : true;
+    if (request.stop_at_eog && is_eog(token)) {
+      result.finish = FinishReason::kEog;
+      break;
+    }
+    if (!keep_going) {
+      result.finish = FinishReason::kStoppedByCaller;
+      break;
+    }
+    if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
+      result.finish = FinishReason::kLength;  // no eval for a token nothing will follow
+      break;
+    }
+    if (n + result.n_generated >= n_ctx()) {
+      // The sequence fills the context: the token just emitted has no position to go to.
+      result.finish = FinishReason::kContextFull;
+      break;
+    }
+    const int32_t one[1] = {token};
+    failure = backend_->eval(std::span<const int32_t>(one, 1), /*all_logits=*/false);
+    if (!failure.ok()) break;
+    // Read lazily: a backend that samples on the device never copies the row.
+    logits = request.constraint ? backend_->logits(-1) : std::span<const float>();
+  }
+  result.decode_seconds = decode_timer.seconds();
+  // Roll back to the request boundary: generated tokens never leak into the next request.
+  backend_->restore();
+  if (!failure.ok()) {
+    clear_cache();
+    return failure.with_context("generation: ");
+  }
+  GEM_LOG_DEBUG("request: prompt %d (cached %d), generated %d, prompt %.3f s, decode %.3f s", n,
+                result.n_cached, result.n_generated, result.prompt_seconds,
+                result.decode_seconds);
+  return result;
+}
+
+}  // namespace gem::runtime

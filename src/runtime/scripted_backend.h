@@ -1,0 +1,71 @@
+// ScriptedBackend: a TEST-ONLY Backend that computes no model. It keeps the token history as its
+// "KV cache" and returns logits that put a huge value on the next token of a script chosen for
+// the current prompt, so the real engine, parser and SSE code can be driven through tool calls,
+// reasoning and text deterministically. Without a script its logits are a pseudo-random
+// function of the whole history (so a leaked or lost token changes every later output).
+// Reachable from the CLI only as `gem serve --backend scripted:FILE` (tests/e2e, scripts/soak).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gem::runtime {
+
+// Returns the scripted continuation for a prompt (the tokens up to the request boundary), or an
+// empty vector to use history-hash logits instead.
+using ScriptFn = std::function<std::vector<int32_t>(std::span<const int32_t> prompt)>;
+
+struct ScriptedOptions {
+  int n_vocab = 262144;
+  int token_delay_us = 0;  // slept per evaluated token (simulates a slow model)
+  int tile_delay_us = 0;   // slept per prompt tile
+};
+
+class ScriptedBackend : public Backend {
+ public:
+  ScriptedBackend(BackendOptions options, ScriptedOptions scripted, ScriptFn script);
+
+  std::string_view name() const override { return "scripted"; }
+  const BackendOptions& options() const override { return options_; }
+  int n_past() const override { return static_cast<int>(tokens_.size()); }
+  Status eval(std::span<const int32_t> tokens, bool all_logits,
+              const TileCallback& on_tile = {}) override;
+  std::span<const float> logits(int row = -1) override;
+  void checkpoint() override;
+  void restore() override;
+  void reset() override;
+
+  // Test introspection.
+  int64_t n_evaluated_total() const { return n_evaluated_total_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+
+ private:
+  BackendOptions options_;
+  ScriptedOptions scripted_;
+  ScriptFn script_;
+  std::vector<int32_t> tokens_;     // the sequence held, position = index
+  int checkpoint_ = -1;             // n_past at the last checkpoint(), -1 = none
+  std::vector<int32_t> continuation_;  // script chosen for tokens_[0..checkpoint_)
+  int continuation_for_ = -1;          // the checkpoint position it was chosen at
+  std::vector<float> logits_;
+  int64_t n_evaluated_total_ = 0;
+};
+
+// Reads a script file (JSON) for `gem serve --backend scripted:FILE`:
+//   {"token_delay_ms": 0, "tile_delay_ms": 0,
+//    "entries": [{"match": "text in the prompt", "output": "generated text, specials allowed"}]}
+// For each prompt, the entry whose `match` occurs latest in the decoded prompt is played ("" =
+// a default that matches at position 0); no match means history-hash logits.
+Result<std::unique_ptr<ScriptedBackend>> make_scripted_backend(const std::string& path,
+                                                               const Tokenizer& tokenizer,
+                                                               const BackendOptions& options);
+
+}  // namespace gem::runtime

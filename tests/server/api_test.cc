@@ -1,0 +1,272 @@
+// The request mapping and delta assembly as pure functions, plus a property test: random and
+// mutated bodies always map to a request or a 4xx error, never a crash; the same bodies over HTTP
+// always get 200 or a 4xx JSON error and the server keeps serving.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server/api.h"
+#include "server/server_harness.h"
+
+namespace gem::server {
+namespace {
+
+using nlohmann::json;
+
+ChatRequest parse_ok(const json& body) {
+  ChatRequest r;
+  ApiError e;
+  EXPECT_TRUE(parse_chat_request(body.dump(), SamplingParams{}, &r, &e)) << body << ": " << e.message;
+  return r;
+}
+
+ApiError parse_err(const std::string& body) {
+  ChatRequest r;
+  ApiError e;
+  EXPECT_FALSE(parse_chat_request(body, SamplingParams{}, &r, &e)) << body;
+  return e;
+}
+
+TEST(Api, DefaultsAndFields) {
+  SamplingParams defaults;
+  defaults.temperature = 0.7f;
+  defaults.top_k = 40;
+  ChatRequest r;
+  ApiError e;
+  ASSERT_TRUE(parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}]})", defaults, &r, &e));
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.enable_thinking);  // on unless switched off
+  EXPECT_EQ(r.max_tokens, -1);     // until end of turn or a full context
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_EQ(r.sampling.seed, 0xFFFFFFFFu);
+
+  ChatRequest f = parse_ok({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                            {"stream", true},
+                            {"stream_options", {{"include_usage", true}}},
+                            {"return_progress", true},
+                            {"max_completion_tokens", 12},
+                            {"temperature", 0},
+                            {"top_p", 0.5},
+                            {"top_k", 3},
+                            {"min_p", 0.1},
+                            {"seed", 42},
+                            {"presence_penalty", 0.5},
+                            {"frequency_penalty", -0.5},
+                            {"stop", "END"},
+                            {"reasoning_effort", "none"}});
+  EXPECT_TRUE(f.stream && f.include_usage && f.return_progress);
+  EXPECT_FALSE(f.enable_thinking);
+  EXPECT_EQ(f.max_tokens, 12);
+  EXPECT_EQ(f.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(f.sampling.top_p, 0.5f);
+  EXPECT_EQ(f.sampling.top_k, 3);
+  EXPECT_FLOAT_EQ(f.sampling.min_p, 0.1f);
+  EXPECT_EQ(f.sampling.seed, 42u);
+  EXPECT_FLOAT_EQ(f.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(f.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(f.stop, std::vector<std::string>{"END"});
+
+  ChatRequest k = parse_ok({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                            {"chat_template_kwargs", {{"enable_thinking", false}}},
+                            {"max_tokens", 5},
+                            {"tool_choice", "required"},
+                            {"tools", json::array({test::weather_tool()})}});
+  EXPECT_FALSE(k.enable_thinking);
+  EXPECT_EQ(k.max_tokens, 5);
+  EXPECT_EQ(k.tool_choice, ToolChoice::kRequired);
+
+  // hax's assistant replay: content null, tool_calls, reasoning_content; tool without name.
+  ChatRequest h = parse_ok(
+      {{"messages",
+        {{{"role", "user"}, {"content", "run"}},
+         {{"role", "assistant"}, {"content", nullptr}, {"reasoning_content", "Need to run."},
+          {"tool_calls", {{{"id", "c1"}, {"type", "function"},
+                           {"function", {{"name", "bash"}, {"arguments", "{\"command\":\"ls\"}"}}}}}}},
+         {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "ok\n"}}}}});
+  EXPECT_EQ(h.messages.size(), 3u);
+  // Text parts are joined with newlines.
+  ChatRequest p = parse_ok({{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}}});
+  EXPECT_EQ(p.messages[0]["content"], "a\nb");
+}
+
+TEST(Api, Rejections) {
+  EXPECT_EQ(parse_err("{").status, 400);
+  EXPECT_EQ(parse_err("null").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"top_p":2})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"f","arguments":"not json"}}]}]})").status, 400);
+  ApiError img = parse_err(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})");
+  EXPECT_NE(img.message.find("image input is not supported"), std::string::npos);
+  json j = error_json(img);
+  EXPECT_EQ(j["error"]["code"], 400);
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+}
+
+std::vector<json> deltas_for(DeltaAssembler& a, const std::vector<chat::Event>& events) {
+  std::vector<json> out;
+  for (const auto& e : events) a.add(e, out);
+  a.flush(out);
+  return out;
+}
+
+TEST(Api, DeltaAssemblerStopStringsAcrossFragments) {
+  std::mt19937_64 rng(1);
+  DeltaAssembler a({"STOP"}, &rng);
+  auto out = deltas_for(a, {{chat::EventKind::kContent, "abc S", -1},
+                            {chat::EventKind::kContent, "T", -1},
+                            {chat::EventKind::kContent, "OP and more", -1}});
+  std::string text;
+  for (const json& d : out) text += d["content"].get<std::string>();
+  EXPECT_EQ(text, "abc ");
+  EXPECT_TRUE(a.stopped());
+  // A held prefix that turns out not to be a stop string is released.
+  DeltaAssembler b({"STOP"}, &rng);
+  out = deltas_for(b, {{chat::EventKind::kContent, "ST", -1}, {chat::EventKind::kContent, "ART", -1}});
+  text.clear();
+  for (const json& d : out) {
+    EXPECT_NE(d["content"], "");
+    text += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, "START");
+  EXPECT_FALSE(b.stopped());
+}
+
+TEST(Api, DeltaAssemblerToolCallShape) {
+  std::mt19937_64 rng(2);
+  DeltaAssembler a({}, &rng);
+  auto out = deltas_for(a, {{chat::EventKind::kReasoning, "hmm", -1},
+                            {chat::EventKind::kToolCallBegin, "bash", 0},
+                            {chat::EventKind::kToolCallArgs, "{\"command\":", 0},
+                            {chat::EventKind::kToolCallArgs, "\"ls\"}", 0},
+                            {chat::EventKind::kToolCallEnd, "", 0}});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0]["reasoning_content"], "hmm");
+  const json& first = out[1]["tool_calls"][0];
+  EXPECT_EQ(first["index"], 0);
+  EXPECT_EQ(first["type"], "function");
+  EXPECT_EQ(first["function"]["name"], "bash");
+  EXPECT_EQ(first["id"].get<std::string>().size(), 32u);
+  EXPECT_FALSE(out[2]["tool_calls"][0].contains("id"));
+  json msg = a.message();
+  EXPECT_EQ(msg["content"], "");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{\"command\":\"ls\"}");
+  EXPECT_EQ(finish_reason(runtime::FinishReason::kEog, false, 1), "tool_calls");
+  EXPECT_EQ(finish_reason(runtime::FinishReason::kContextFull, false, 0), "length");
+  EXPECT_EQ(finish_reason(runtime::FinishReason::kLength, true, 0), "stop");
+}
+
+// Random and mutated bodies.
+std::string mutate(const std::string& s, std::mt19937& rng) {
+  std::string out = s;
+  const int n = 1 + static_cast<int>(rng() % 4);
+  static const std::string pieces[] = {"{", "}", "[", "]", ",", ":", "\"", "null", "true", "1e999",
+                                       "-1", "\"messages\"", "\"role\"", "\"content\"", "\\u0000",
+                                       "\xff", "\"tools\"", "\"stream\"", "0.5", "\"image_url\""};
+  for (int i = 0; i < n && !out.empty(); ++i) {
+    const size_t pos = rng() % out.size();
+    switch (rng() % 3) {
+      case 0: out.erase(pos, 1 + rng() % 4); break;
+      case 1: out.insert(pos, pieces[rng() % std::size(pieces)]); break;
+      default: out[pos] = static_cast<char>(rng() % 256); break;
+    }
+  }
+  return out;
+}
+
+json random_value(std::mt19937& rng, int depth) {
+  switch (rng() % (depth > 2 ? 5 : 7)) {
+    case 0: return nullptr;
+    case 1: return rng() % 2 == 0;
+    case 2: return static_cast<int>(rng() % 200) - 50;
+    case 3: return (rng() % 1000) / 100.0;
+    case 4: return std::string(1 + rng() % 5, static_cast<char>('a' + rng() % 26));
+    case 5: {
+      json a = json::array();
+      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) a.push_back(random_value(rng, depth + 1));
+      return a;
+    }
+    default: {
+      static const char* keys[] = {"role", "content", "type", "text", "function", "name", "arguments",
+                                   "tool_calls", "image_url", "enable_thinking"};
+      json o = json::object();
+      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) o[keys[rng() % 10]] = random_value(rng, depth + 1);
+      return o;
+    }
+  }
+}
+
+std::vector<std::string> corpus(int n, uint32_t seed) {
+  const std::vector<json> valid = {
+      {{"messages", test::user_msgs("Say hello")}, {"max_tokens", 4}},
+      {{"messages", test::user_msgs("weather")}, {"tools", json::array({test::weather_tool()})}, {"max_tokens", 6}},
+      {{"messages", {{{"role", "system"}, {"content", "s"}}, {{"role", "user"}, {"content", "Count"}}}},
+       {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"max_tokens", 3}, {"stop", {"two"}}},
+  };
+  static const char* fields[] = {"messages", "stream", "tools", "tool_choice", "max_tokens", "temperature",
+                                 "top_k", "stop", "seed", "chat_template_kwargs", "stream_options", "n"};
+  std::mt19937 rng(seed);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    json base = valid[rng() % valid.size()];
+    if (rng() % 2 == 0) {
+      base[fields[rng() % std::size(fields)]] = random_value(rng, 0);
+      if (base.contains("messages") && base["messages"].is_array() && !base["messages"].empty() && rng() % 2) {
+        base["messages"][0][rng() % 2 ? "content" : "role"] = random_value(rng, 1);
+      }
+      if (!base.contains("max_tokens") || !base["max_tokens"].is_number_integer() ||
+          base["max_tokens"].get<int>() < 0 || base["max_tokens"].get<int>() > 8) {
+        base["max_tokens"] = 4;  // keep successful generations short
+      }
+      out.push_back(base.dump());
+    } else {
+      out.push_back(mutate(base.dump(), rng));
+    }
+  }
+  return out;
+}
+
+TEST(Api, PropertyRandomBodiesNeverCrashAndAre4xxOrValid) {
+  int n_ok = 0, n_err = 0;
+  for (const std::string& body : corpus(20000, 7)) {
+    ChatRequest r;
+    ApiError e;
+    if (parse_chat_request(body, SamplingParams{}, &r, &e)) {
+      ++n_ok;
+      EXPECT_FALSE(r.messages.empty());
+    } else {
+      ++n_err;
+      EXPECT_GE(e.status, 400);
+      EXPECT_LT(e.status, 500);
+      EXPECT_FALSE(e.message.empty());
+    }
+  }
+  EXPECT_GT(n_ok, 100);
+  EXPECT_GT(n_err, 100);
+}
+
+TEST(Api, PropertyOverHttpAlways200Or4xxJsonAndServerSurvives) {
+  test::TestServer ts({}, test::default_script(), 512);
+  auto c = ts.client();
+  int n_ok = 0;
+  for (const std::string& body : corpus(300, 99)) {
+    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(r) << "no answer to: " << body;
+    if (r->status == 200) {
+      ++n_ok;
+      continue;
+    }
+    EXPECT_GE(r->status, 400) << body;
+    EXPECT_LT(r->status, 500) << body << " -> " << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << body << " -> " << r->body;
+  }
+  EXPECT_GT(n_ok, 10);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+}  // namespace
+}  // namespace gem::server
