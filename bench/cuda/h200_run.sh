@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU-machine session for the CUDA backend (run from the repository root on the device):
-#   bench/cuda/h200_run.sh test   build, kernel + end-to-end tests, synthetic 12B check, quick bench
-#   bench/cuda/h200_run.sh bench  build gem and llama.cpp (.device/llama.cpp), synthetic 12B/31B,
-#                                 gem bench and llama-bench side by side
+#   bench/cuda/h200_run.sh [all|test]
+# test: build, CUDA kernel + end-to-end tests on the tiny fixtures. all: also gem synth 12B/31B,
+# gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
+# then the synthetic 12B/31B CUDA-vs-CPU checks.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 mode=${1:-test}
@@ -10,19 +11,27 @@ OUT=${OUT:-/tmp/gem-out}
 mkdir -p "$OUT"
 J=$(nproc)
 export PATH=/usr/local/cuda/bin:$PATH
+# Build dependencies the GPU image lacks (GTest, CLI11, cpp-httplib), carried in .device/deps.
+if [ -d .device/deps ]; then
+  DEPS=$PWD/.device/deps
+  sed -i "s#^prefix=.*#prefix=$DEPS#" $DEPS/lib/pkgconfig/cpp-httplib.pc
+  export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig CMAKE_PREFIX_PATH=$DEPS LD_LIBRARY_PATH=$DEPS/lib:${LD_LIBRARY_PATH:-}
+fi
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/summary.txt"; }
 
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee -a "$OUT/summary.txt"
 
-if [ "$mode" = bench ] && [ -d .device/llama.cpp ]; then
+if [ "$mode" = all ] && [ -d .device/llama.cpp ]; then
   (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
-     -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
-   cmake --build /tmp/llama-build -j$((J / 2)) --target llama-bench >/tmp/llama-build.log 2>&1;
+     -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
+   cmake --build /tmp/llama-build -j10 --target llama-bench >/tmp/llama-build.log 2>&1;
    echo "llama build rc=$?" >>/tmp/llama-build.log) &
   llama_pid=$!
-  GJ=$((J / 2))
+  with_llama=1
+  GJ=8
 else
+  with_llama=0
   GJ=$J
 fi
 
@@ -30,10 +39,8 @@ log "configure gem"
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF -DGEM_WERROR=OFF \
   -DGEM_SHARED_DIR="$PWD/.device/shared" >"$OUT/gem-build.log" 2>&1 || { log "configure failed"; tail -30 "$OUT/gem-build.log"; exit 1; }
 log "build gem"
-cmake --build build-dev -j"$GJ" --target cuda_kernels_test cuda_backend_test >>"$OUT/gem-build.log" 2>&1 \
-  || { log "test build failed"; grep -E "error|FAILED" "$OUT/gem-build.log" | head -40; exit 1; }
-cmake --build build-dev -j"$GJ" --target gem >>"$OUT/gem-build.log" 2>&1 \
-  || { log "gem build failed"; grep -E "error|FAILED" "$OUT/gem-build.log" | head -20; }
+cmake --build build-dev -j"$GJ" --target cuda_kernels_test cuda_backend_test gem >>"$OUT/gem-build.log" 2>&1 \
+  || { log "build failed"; grep -E "error|FAILED" "$OUT/gem-build.log" | head -20; }
 log "built"
 GEM=build-dev/bin/gem
 F=.device/shared/fixtures
@@ -54,44 +61,41 @@ ts.sort(); t = ts[len(ts) // 2]
 print(f"copy bandwidth: {2 * n / t / 1e12:.3f} TB/s (median of 20, 4 GiB, read+write)")
 PY
 
-if [ "$mode" = test ]; then
-  log "synth fixtures"
-  [ -f $F/tiny-q4_0.gguf ] || $GEM synth --profile tiny -q -o $F/tiny-q4_0.gguf
-  [ -f $F/tiny6-f32.gguf ] || $GEM synth --profile tiny6 --layout f32 -q -o $F/tiny6-f32.gguf
-  [ -f $F/tiny256-q6_k.gguf ] || $GEM synth --profile tiny256 --embedding q6_k -q -o $F/tiny256-q6_k.gguf
-  log "kernel tests"
-  build-dev/tests/cuda/cuda_kernels_test 2>&1 | tail -60 | tee "$OUT/kernels_test.txt"
-  log "backend tests"
-  GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \
-    --gtest_filter=-*Synthetic* 2>&1 | tail -80 | tee "$OUT/backend_test.txt"
-  log "synth 12b"
-  $GEM synth --profile 12b -q -o $M/g12.gguf
-  log "bench 12b (quick)"
-  timeout 150 $GEM bench -m $M/g12.gguf -p 512,4096 -n 128 -d 0,4096 -r 2 --backend cuda 2>&1 | tee "$OUT/bench12_quick.txt"
-  log "synthetic 12B vs CPU"
-  GEM_SHARED_DIR=$PWD/.device/shared GEM_CUDA_SYNTH_12B=$M/g12.gguf timeout 150 \
-    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | tail -30 | tee "$OUT/synth12_test.txt"
-  log done
-  exit 0
-fi
+log "synth fixtures"
+[ -f $F/tiny-q4_0.gguf ] || $GEM synth --profile tiny -q -o $F/tiny-q4_0.gguf
+[ -f $F/tiny6-f32.gguf ] || $GEM synth --profile tiny6 --layout f32 -q -o $F/tiny6-f32.gguf
+[ -f $F/tiny256-q6_k.gguf ] || $GEM synth --profile tiny256 --embedding q6_k -q -o $F/tiny256-q6_k.gguf
+log "kernel tests"
+build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" | tail -40 > "$OUT/kernels_test.txt"
+tail -4 "$OUT/kernels_test.txt" | tee -a "$OUT/summary.txt"
+log "backend tests"
+GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \
+  --gtest_filter=-*Synthetic* 2>&1 | grep -vE "^gem info" | tail -120 > "$OUT/backend_test.txt"
+tail -8 "$OUT/backend_test.txt" | tee -a "$OUT/summary.txt"
+[ "$mode" = all ] || exit 0
 
-# ---- bench ----
 for p in 12b 31b; do
   log "synth $p"
   $GEM synth --profile $p -q -o $M/g$p.gguf
-done
-for p in 12b 31b; do
   log "gem bench $p"
-  $GEM bench -m $M/g$p.gguf -p 512,4096 -n 0 -r 3 --backend cuda 2>&1 | tee "$OUT/gem_$p.txt"
-  $GEM bench -m $M/g$p.gguf -p 0 -n 128 -d 0,4096,32768 -r 3 --backend cuda 2>&1 | tee -a "$OUT/gem_$p.txt"
+  $GEM bench -m $M/g$p.gguf -p 512,4096 -n 0 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_$p.txt"
+  $GEM bench -m $M/g$p.gguf -p 0 -n 128 -d 0,4096,32768 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee -a "$OUT/gem_$p.txt"
 done
+for p in 12B 31B; do
+  log "synthetic $p vs CPU"
+  lp=$(echo $p | tr B b)
+  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_$p=$M/g$lp.gguf" timeout 120 \
+    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic$p* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_$p.txt"
+  tail -5 "$OUT/synth_$p.txt" | tee -a "$OUT/summary.txt"
+done
+[ "$with_llama" = 1 ] || { log done; exit 0; }
 log "waiting for llama.cpp build"
 wait $llama_pid
 tail -3 /tmp/llama-build.log | tee -a "$OUT/summary.txt"
 LB=/tmp/llama-build/bin/llama-bench
 for p in 12b 31b; do
   log "llama-bench $p"
-  $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 512,4096 -n 0 2>&1 | tee "$OUT/llama_$p.txt"
-  $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 0 -n 128 -d 0,4096,32768 2>&1 | tee -a "$OUT/llama_$p.txt"
+  $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 512,4096 -n 0 2>&1 | grep "|" | tee "$OUT/llama_$p.txt"
+  $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 0 -n 128 -d 0,4096,32768 2>&1 | grep "|" | tee -a "$OUT/llama_$p.txt"
 done
 log done

@@ -116,20 +116,45 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
 }
 
 // Merges the splits of one (query, head): block of D threads, thread d owns output element d.
+// The split weights are computed once, in parallel, into shared memory; the weighted sum then
+// skips empty splits and keeps several loads in flight.
+constexpr int kMaxSplits = 1024;
 __global__ void attention_merge_kernel(AttnArgs a) {
+  __shared__ float w[kMaxSplits];
+  __shared__ float red[32];
   const int t = blockIdx.x, j = blockIdx.y, d = threadIdx.x, D = a.head_dim;
-  const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * a.n_splits * (D + 2);
+  const int ns = a.n_splits;
+  const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * ns * (D + 2);
   float mx = -INFINITY;
-  for (int sp = 0; sp < a.n_splits; ++sp) mx = fmaxf(mx, part[sp * (D + 2)]);
-  float l = 0.0f, o = 0.0f;
-  for (int sp = 0; sp < a.n_splits; ++sp) {
-    const float* ps = part + sp * (D + 2);
-    if (ps[1] == 0.0f) continue;  // a split whose keys were all invisible
-    const float w = expf(ps[0] - mx);
-    l += ps[1] * w;
-    o += ps[2 + d] * w;
+  for (int sp = d; sp < ns; sp += blockDim.x) {
+    if (part[sp * (D + 2) + 1] > 0.0f) mx = fmaxf(mx, part[sp * (D + 2)]);
   }
-  const float v = o / l;
+  // Block max (through the sum helper's pattern).
+  mx = warp_max(mx);
+  if ((d & 31) == 0) red[d >> 5] = mx;
+  __syncthreads();
+  mx = -INFINITY;
+  for (int k = 0; k < (static_cast<int>(blockDim.x) >> 5); ++k) mx = fmaxf(mx, red[k]);
+  float lsum = 0.0f;
+  for (int sp = d; sp < ns; sp += blockDim.x) {
+    const float l = part[sp * (D + 2) + 1];
+    const float ws = l > 0.0f ? expf(part[sp * (D + 2)] - mx) : 0.0f;
+    w[sp] = ws;
+    lsum += l * ws;
+  }
+  const float l = block_sum(lsum, red);  // starts with a barrier: w[] is complete after it
+  float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int sp = 0;
+  for (; sp + 4 <= ns; sp += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (w[sp + u] != 0.0f) o[u] += w[sp + u] * part[(sp + u) * (D + 2) + 2 + d];
+    }
+  }
+  for (; sp < ns; ++sp) {
+    if (w[sp] != 0.0f) o[0] += w[sp] * part[sp * (D + 2) + 2 + d];
+  }
+  const float v = (o[0] + o[1] + o[2] + o[3]) / l;
   const int64_t row = static_cast<int64_t>(t) * a.n_heads * D;
   a.out[row + j * D + d] = v;
   if (a.outq.q) {
@@ -178,6 +203,10 @@ void attention(const AttnArgs& a, cudaStream_t s) {
       std::abort();
   }
   GEM_CUDA_LAUNCHED();
+  if (a.n_splits > kMaxSplits) {
+    std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
+    std::abort();
+  }
   attention_merge_kernel<<<dim3(a.n, a.n_heads), a.head_dim, 0, s>>>(a);
   GEM_CUDA_LAUNCHED();
 }

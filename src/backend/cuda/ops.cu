@@ -89,33 +89,50 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
 }
 
 // x = (x + rms_norm(a, w_post)) · scale; then h = rms_norm(x, w_next) (+ q8) when w_next.
+// Thread i owns elements i + k·blockDim (k < kResidualPer), loaded once into registers: the
+// whole kernel is one round trip to memory plus three block reductions. Each warp's 32
+// consecutive elements of one k form a q8 block (blockDim is a multiple of 32).
+constexpr int kResidualPer = 8;
 __global__ void residual_kernel(float* x, const float* a, const float* w_post,
                                 const float* out_scale, const float* w_next, int cols, float eps,
                                 float* h, Q8Act hq) {
   __shared__ float red[32];
-  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_warps = blockDim.x >> 5;
+  const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t off = static_cast<int64_t>(t) * cols;
+  float av[kResidualPer], xv[kResidualPer];
   float ss = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) ss += a[off + c] * a[off + c];
+#pragma unroll
+  for (int k = 0; k < kResidualPer; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    av[k] = c < cols ? a[off + c] : 0.0f;
+    xv[k] = c < cols ? x[off + c] : 0.0f;
+    ss += av[k] * av[k];
+  }
   ss = block_sum(ss, red);
   const float inv_a = rsqrtf(ss / cols + eps);
   const float scale = out_scale ? out_scale[0] : 1.0f;
   float ss2 = 0.0f;
-  for (int b = warp; b < cols / 32; b += n_warps) {
-    const int c = b * 32 + lane;
-    const float v = (x[off + c] + a[off + c] * inv_a * w_post[c]) * scale;
-    x[off + c] = v;
-    ss2 += v * v;
+#pragma unroll
+  for (int k = 0; k < kResidualPer; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < cols) {
+      xv[k] = (xv[k] + av[k] * inv_a * w_post[c]) * scale;
+      x[off + c] = xv[k];
+      ss2 += xv[k] * xv[k];
+    }
   }
   if (!w_next) return;
   ss2 = block_sum(ss2, red);
   const float inv = rsqrtf(ss2 / cols + eps);
-  for (int b = warp; b < cols / 32; b += n_warps) {
-    const int c = b * 32 + lane;
-    const float v = x[off + c] * inv * w_next[c];
-    h[off + c] = v;
-    if (hq.q) q8_block(v, hq.q + off + b * 32, hq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
+#pragma unroll
+  for (int k = 0; k < kResidualPer; ++k) {
+    const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
+    if (base < cols) {
+      const int c = base + lane;
+      const float v = xv[k] * inv * w_next[c];
+      h[off + c] = v;
+      if (hq.q) q8_block(v, hq.q + off + base, hq.ds + static_cast<int64_t>(t) * (cols / 32) + base / 32, lane);
+    }
   }
 }
 
@@ -180,13 +197,14 @@ __global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv,
   }
 }
 
+// One warp per 32-value block: grid (ceil(blocks / 8), n).
 __global__ void quantize_q8_kernel(const float* x, int cols, Q8Act xq) {
-  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t = blockIdx.y, lane = threadIdx.x & 31;
+  const int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (b >= cols / 32) return;
   const int64_t off = static_cast<int64_t>(t) * cols;
-  for (int b = warp; b < cols / 32; b += blockDim.x >> 5) {
-    q8_block(x[off + b * 32 + lane], xq.q + off + b * 32,
-             xq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
-  }
+  q8_block(x[off + b * 32 + lane], xq.q + off + b * 32,
+           xq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
 }
 
 __global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
@@ -219,6 +237,16 @@ int grid_for(int64_t count, int threads) {
 
 int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 128); }
 
+int residual_threads(int cols) {
+  int threads = 128;
+  while (threads < 1024 && threads * kResidualPer < cols) threads *= 2;
+  if (threads * kResidualPer < cols) {
+    std::fprintf(stderr, "residual_norm: %d columns exceed %d\n", cols, 1024 * kResidualPer);
+    std::abort();
+  }
+  return threads;
+}
+
 }  // namespace
 
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
@@ -235,15 +263,16 @@ void rms_norm(const float* x, const float* w, int n, int cols, float eps, float*
 
 void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
                    int cols, float eps, float* h, Q8Act hq, cudaStream_t s) {
-  residual_kernel<<<n, row_threads(cols), 0, s>>>(x, a, w_post, nullptr, w_next, cols, eps, h, hq);
+  residual_kernel<<<n, residual_threads(cols), 0, s>>>(x, a, w_post, nullptr, w_next, cols, eps,
+                                                       h, hq);
   GEM_CUDA_LAUNCHED();
 }
 
 void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                          cudaStream_t s) {
-  residual_kernel<<<n, row_threads(cols), 0, s>>>(x, f, w_post, out_scale, w_next, cols, eps, h,
-                                                  hq);
+  residual_kernel<<<n, residual_threads(cols), 0, s>>>(x, f, w_post, out_scale, w_next, cols, eps,
+                                                       h, hq);
   GEM_CUDA_LAUNCHED();
 }
 
@@ -264,7 +293,7 @@ void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, boo
 }
 
 void quantize_q8(const float* x, int n, int cols, Q8Act xq, cudaStream_t s) {
-  quantize_q8_kernel<<<n, 256, 0, s>>>(x, cols, xq);
+  quantize_q8_kernel<<<dim3((cols / 32 + 7) / 8, n), 256, 0, s>>>(x, cols, xq);
   GEM_CUDA_LAUNCHED();
 }
 
