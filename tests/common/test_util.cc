@@ -16,9 +16,9 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 }  // namespace
 
-std::string source_dir() { return env_or("GEM_SOURCE_DIR", "."); }
-std::string binary_dir() { return env_or("GEM_BINARY_DIR", source_dir() + "/build"); }
-std::string shared_dir() { return env_or("GEM_SHARED_DIR", source_dir() + "/../shared"); }
+std::string source_dir() { return env_or("GEM_SOURCE_DIR", GEM_DEFAULT_SOURCE_DIR); }
+std::string binary_dir() { return env_or("GEM_BINARY_DIR", GEM_DEFAULT_BINARY_DIR); }
+std::string shared_dir() { return env_or("GEM_SHARED_DIR", GEM_DEFAULT_SHARED_DIR); }
 std::string fixture(const std::string& rel) { return shared_dir() + "/fixtures/" + rel; }
 std::string gem_binary() { return binary_dir() + "/bin/gem"; }
 
