@@ -196,10 +196,23 @@ void run_attention_case(const AttnCase& c, ThreadPool& pool) {
   std::vector<float> want(q.size()), got(q.size());
   attention(q.data(), qpos.data(), c.n_tokens, c.n_heads, c.n_kv_heads, c.head_dim, c.window, 1.0f,
             segs, want.data());
-  const int64_t per_thread = c.ring_slots + c.n_tokens + c.head_dim;
-  std::vector<float> scratch(pool.size() * per_thread);
+  AttentionScratch scratch;
+  scratch.init(pool.size(), c.n_heads, c.n_kv_heads, c.n_kv_heads, c.head_dim,
+               c.ring_slots + c.n_tokens);
   attention_fast(q.data(), qpos.data(), c.n_tokens, c.n_heads, c.n_kv_heads, c.head_dim, c.window,
-                 1.0f, segs, got.data(), pool, scratch.data(), per_thread);
+                 1.0f, segs, got.data(), pool, scratch);
+  // Token by token (the decode split over chunks) gives the same bits as the tile.
+  for (int t = 0; t < c.n_tokens; ++t) {
+    KvSegment one = tile;
+    one.n_slots = t + 1;
+    const KvSegment segs1[2] = {ring, one};
+    std::vector<float> row(static_cast<size_t>(c.n_heads) * c.head_dim);
+    attention_fast(q.data() + t * row.size(), &qpos[t], 1, c.n_heads, c.n_kv_heads, c.head_dim,
+                   c.window, 1.0f, segs1, row.data(), pool, scratch);
+    for (size_t i = 0; i < row.size(); ++i) {
+      ASSERT_EQ(row[i], got[t * row.size() + i]) << "token " << t << " index " << i;
+    }
+  }
   double worst = 0.0;
   for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(want[i]) - got[i]));
   EXPECT_LT(worst, 2e-5) << "tokens " << c.n_tokens << " heads " << c.n_heads << "/" << c.n_kv_heads
@@ -214,6 +227,8 @@ TEST(OpsFast, AttentionMatchesReference) {
       {5, 4, 2, 32, 16, 16, 37, true},   {17, 8, 4, 32, 8, 8, 3, false},
       {3, 16, 1, 512, 0, 40, 40, true},  {7, 2, 2, 127, 5, 5, 11, false},
       {1, 32, 4, 256, 0, 300, 300, false}, {33, 4, 1, 64, 16, 16, 100, true},
+      {2, 16, 1, 512, 0, 1000, 1000, true},  {300, 4, 2, 32, 0, 600, 600, false},
+      {1, 16, 8, 256, 1024, 1024, 5000, false},
   };
   for (const AttnCase& c : cases) run_attention_case(c, pool);
 }

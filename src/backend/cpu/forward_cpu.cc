@@ -15,18 +15,19 @@ namespace gem::cpu {
 
 uint64_t Activations::bytes() const {
   return sizeof(float) * (x.size() + h.size() + q.size() + k.size() + v.size() + attn.size() +
-                          proj.size() + gate.size() + up.size() + scores.size()) +
-         sizeof(int32_t) * pos.size();
+                          proj.size() + gate.size() + up.size()) +
+         sizeof(int32_t) * pos.size() + attn_scratch.bytes();
 }
 
 ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool reference,
                        ThreadPool& pool)
     : model_(model), cfg_(model.config), n_tile_(n_tile), reference_(reference), pool_(pool) {
-  int max_head_dim = 0, max_kv_heads = 0, max_keys = 0;
+  int max_head_dim = 0, max_kv_heads = 0, min_kv_heads = 1 << 30, max_keys = 0;
   inv_freq_.resize(model.plan.size());
   for (const model::LayerPlan& p : model.plan) {
     max_head_dim = std::max(max_head_dim, p.head_dim);
     max_kv_heads = std::max(max_kv_heads, p.n_kv_heads);
+    min_kv_heads = std::min(min_kv_heads, p.n_kv_heads);
     // Keys one query can face: the cached ones (ring or 0..n_ctx) plus the tile's own.
     max_keys = std::max(max_keys, (p.kind == model::AttnKind::kSliding ? p.window : n_ctx) + n_tile);
     // Full layers: proportional RoPE through rope_freqs (1e30 = a pair that does not rotate).
@@ -47,8 +48,9 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
   act_.gate.resize(t * cfg_.n_ff);
   act_.up.resize(t * cfg_.n_ff);
   act_.pos.resize(t);
-  act_.attn_scratch_per_thread = max_keys + max_head_dim;
-  if (!reference_) act_.scores.resize(pool.size() * act_.attn_scratch_per_thread);
+  if (!reference_) {
+    act_.attn_scratch.init(pool.size(), cfg_.n_heads, min_kv_heads, max_kv_heads, max_head_dim, max_keys);
+  }
 }
 
 void ForwardCpu::tap(int layer, std::string_view name, const float* data, int n_tokens, int width) {
@@ -195,7 +197,7 @@ void ForwardCpu::forward_layer(int layer, int n_tokens, int pos0, KvCache& kv) {
     attention(q, pos, n_tokens, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f, segments, attn);
   } else {
     attention_fast(q, pos, n_tokens, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f, segments,
-                   attn, pool_, act_.scores.data(), act_.attn_scratch_per_thread);
+                   attn, pool_, act_.attn_scratch);
   }
   kv.write(layer, pos0, n_tokens, k, v);
   linear(w.attn_output, attn, n_tokens, proj);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/kv_cache.h"
+#include "backend/cpu/ops_fast.h"
 #include "backend/cpu/thread_pool.h"
 #include "model/model.h"
 
@@ -28,8 +29,7 @@ struct Activations {
   std::vector<float> gate;     // [T, n_ff] gate projection, then gelu(gate) ⊙ up
   std::vector<float> up;       // [T, n_ff]
   std::vector<int32_t> pos;    // [T] positions of the tile's tokens
-  std::vector<float> scores;   // [n_threads, attn_scratch_per_thread] attention scores + accumulator
-  int64_t attn_scratch_per_thread = 0;
+  AttentionScratch attn_scratch;  // fast path only: scores and softmax partials per thread
   uint64_t bytes() const;
 };
 

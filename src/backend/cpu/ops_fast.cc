@@ -2,6 +2,7 @@
 // 8-wide AVX2 loops (F16C for half-precision KV) and the thread pool.
 #include "backend/cpu/ops_fast.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -89,64 +90,213 @@ void round_to_f16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_f32(f32_to_fp16(x[i]));
 }
 
+namespace {
+
+// Calls fn(segment, slot) for the visits [begin, end) of the segments taken one after another.
+template <typename Fn>
+inline void for_visits(std::span<const KvSegment> segments, int begin, int end, Fn&& fn) {
+  int base = 0;
+  for (const KvSegment& seg : segments) {
+    const int lo = std::max(begin - base, 0);
+    const int hi = std::min(end - base, seg.n_slots);
+    for (int i = lo; i < hi; ++i) fn(seg, seg.slot_at(i));
+    base += seg.n_slots;
+    if (base >= end) break;
+  }
+}
+
+// Splits the keys visible to a query at q_pos into chunks of kAttnChunk absolute positions:
+// chunk k covers visits ranges[k] .. ranges[k+1]. Returns the number of chunks.
+int chunk_ranges(std::span<const KvSegment> segments, int32_t q_pos, int window, int32_t* ranges) {
+  int n = 0, prev = -1, visit = 0, last = 0;
+  for (const KvSegment& seg : segments) {
+    for (int i = 0; i < seg.n_slots; ++i, ++visit) {
+      const int32_t p = seg.slot_pos(seg.slot_at(i));
+      if (!attention_visible(q_pos, p, window)) continue;
+      const int chunk = p / kAttnChunk;
+      if (chunk != prev) {
+        ranges[n++] = visit;
+        prev = chunk;
+      }
+      last = visit + 1;
+    }
+  }
+  ranges[n] = last;
+  return n;
+}
+
+// Partial softmax of one chunk for the `group` query heads of KV head g:
+// part[jj] = (max score m, Σ e, Σ e·v) with e = exp(score − m), over the chunk's visible keys.
+// q_g: [group, head_dim].  part: [group, 2 + head_dim].  scores: [group, kAttnChunk].
+void chunk_partial(const float* q_g, int g, int group, int head_dim, int32_t q_pos, int window,
+                   float scale, std::span<const KvSegment> segments, int begin, int end,
+                   float* scores, const void** v_ptr, uint8_t* v_f16, float* part) {
+  int n = 0;
+  for_visits(segments, begin, end, [&](const KvSegment& seg, int s) {
+    if (!attention_visible(q_pos, seg.slot_pos(s), window)) return;
+    const int64_t base = g * seg.head_stride + s * seg.slot_stride;
+    // One K row, every query head of the group (the row stays in L1).
+    for (int jj = 0; jj < group; ++jj) {
+      const float* qj = q_g + static_cast<int64_t>(jj) * head_dim;
+      const float dot = seg.f16 ? dot_f16(qj, static_cast<const uint16_t*>(seg.k) + base, head_dim)
+                                : dot_f32(qj, static_cast<const float*>(seg.k) + base, head_dim);
+      scores[jj * kAttnChunk + n] = dot * scale;
+    }
+    v_ptr[n] = seg.f16 ? static_cast<const void*>(static_cast<const uint16_t*>(seg.v) + base)
+                       : static_cast<const void*>(static_cast<const float*>(seg.v) + base);
+    v_f16[n] = seg.f16 ? 1 : 0;
+    ++n;
+  });
+  const int stride = 2 + head_dim;
+  for (int jj = 0; jj < group; ++jj) {
+    float* sc = scores + jj * kAttnChunk;
+    float* pj = part + jj * stride;
+    float m = sc[0];
+    for (int i = 1; i < n; ++i) m = std::max(m, sc[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      sc[i] = std::exp(sc[i] - m);
+      sum += sc[i];
+    }
+    pj[0] = m;
+    pj[1] = sum;
+    for (int d = 0; d < head_dim; ++d) pj[2 + d] = 0.0f;
+  }
+  // One V row, every query head of the group.
+  for (int i = 0; i < n; ++i) {
+    for (int jj = 0; jj < group; ++jj) {
+      float* acc = part + jj * stride + 2;
+      if (v_f16[i]) {
+        axpy_f16(scores[jj * kAttnChunk + i], static_cast<const uint16_t*>(v_ptr[i]), acc, head_dim);
+      } else {
+        axpy_f32(scores[jj * kAttnChunk + i], static_cast<const float*>(v_ptr[i]), acc, head_dim);
+      }
+    }
+  }
+}
+
+// run <- run ⊕ part (the online-softmax merge), per query head of the group.
+void merge_partial(float* run, const float* part, int group, int head_dim) {
+  const int stride = 2 + head_dim;
+  for (int jj = 0; jj < group; ++jj) {
+    float* r = run + jj * stride;
+    const float* c = part + jj * stride;
+    const float m = std::max(r[0], c[0]);
+    const float a = std::exp(r[0] - m);
+    const float b = std::exp(c[0] - m);
+    r[0] = m;
+    r[1] = r[1] * a + c[1] * b;
+    for (int d = 0; d < head_dim; ++d) r[2 + d] = r[2 + d] * a + c[2 + d] * b;
+  }
+}
+
+// out[jj] = Σ e·v / Σ e for each query head of the group.  out: [group, head_dim].
+void finish_partial(const float* run, int group, int head_dim, float* out) {
+  const int stride = 2 + head_dim;
+  for (int jj = 0; jj < group; ++jj) {
+    const float* r = run + jj * stride;
+    const float inv_sum = 1.0f / r[1];
+    for (int d = 0; d < head_dim; ++d) out[jj * head_dim + d] = r[2 + d] * inv_sum;
+  }
+}
+
+}  // namespace
+
+void AttentionScratch::init(int threads, int n_heads, int n_kv_heads_min, int n_kv_heads_max,
+                            int head_dim_max, int max_keys) {
+  n_threads = threads;
+  max_group = n_heads / std::max(1, n_kv_heads_min);
+  max_head_dim = head_dim_max;
+  max_kv_heads = n_kv_heads_max;
+  max_ranges = max_keys / kAttnChunk + 2;
+  thread_floats = static_cast<int64_t>(max_group) * (kAttnChunk + 2 * (2 + max_head_dim));
+  floats.assign(static_cast<size_t>(n_threads) * thread_floats, 0.0f);
+  v_ptr.assign(static_cast<size_t>(n_threads) * kAttnChunk, nullptr);
+  v_f16.assign(static_cast<size_t>(n_threads) * kAttnChunk, 0);
+  ranges.assign(static_cast<size_t>(n_threads) * (max_ranges + 1), 0);
+  partials.assign(static_cast<size_t>(max_kv_heads) * max_ranges * max_group * (2 + max_head_dim), 0.0f);
+}
+
+uint64_t AttentionScratch::bytes() const {
+  return floats.size() * sizeof(float) + v_ptr.size() * sizeof(void*) + v_f16.size() +
+         ranges.size() * sizeof(int32_t) + partials.size() * sizeof(float);
+}
+
 void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_heads,
                     int n_kv_heads, int head_dim, int window, float scale,
                     std::span<const KvSegment> segments, float* out, ThreadPool& pool,
-                    float* scratch, int64_t scratch_per_thread) {
+                    AttentionScratch& scratch) {
   GEM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "heads %d / kv heads %d", n_heads,
             n_kv_heads);
+  const int group = n_heads / n_kv_heads;
+  const int stride = 2 + head_dim;
   int64_t n_keys = 0;
   for (const KvSegment& seg : segments) n_keys += seg.n_slots;
-  GEM_CHECK(n_keys + head_dim <= scratch_per_thread, "attention scratch %lld < %lld",
-            static_cast<long long>(scratch_per_thread), static_cast<long long>(n_keys + head_dim));
-  const int group = n_heads / n_kv_heads;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  pool.parallel_for(static_cast<int64_t>(n_tokens) * n_heads, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = scratch + thread * scratch_per_thread;
-    float* acc = scores + n_keys;
+  GEM_CHECK(group <= scratch.max_group && head_dim <= scratch.max_head_dim &&
+                n_kv_heads <= scratch.max_kv_heads && n_keys / kAttnChunk + 2 <= scratch.max_ranges &&
+                pool.size() <= scratch.n_threads,
+            "attention scratch too small: group %d head_dim %d kv heads %d keys %lld threads %d",
+            group, head_dim, n_kv_heads, static_cast<long long>(n_keys), pool.size());
+  auto thread_buffers = [&](int thread, float** scores, float** part, float** run,
+                            const void*** v_ptr, uint8_t** v_f16, int32_t** ranges) {
+    *scores = scratch.floats.data() + thread * scratch.thread_floats;
+    *part = *scores + static_cast<int64_t>(scratch.max_group) * kAttnChunk;
+    *run = *part + static_cast<int64_t>(scratch.max_group) * stride;
+    *v_ptr = scratch.v_ptr.data() + static_cast<int64_t>(thread) * kAttnChunk;
+    *v_f16 = scratch.v_f16.data() + static_cast<int64_t>(thread) * kAttnChunk;
+    *ranges = scratch.ranges.data() + static_cast<int64_t>(thread) * (scratch.max_ranges + 1);
+  };
+
+  if (n_tokens == 1) {
+    // Decode: too few (token, KV head) pairs to keep the threads busy; split the keys instead.
+    int32_t* ranges = scratch.ranges.data();
+    const int n_ranges = chunk_ranges(segments, q_pos[0], window, ranges);
+    GEM_CHECK(n_ranges > 0, "query at position %d sees no key", q_pos[0]);
+    const int64_t part_floats = static_cast<int64_t>(group) * stride;
+    float* partials = scratch.partials.data();
+    pool.parallel_for(static_cast<int64_t>(n_kv_heads) * n_ranges, [&](int64_t begin, int64_t end, int thread) {
+      float *scores, *part, *run;
+      const void** v_ptr;
+      uint8_t* v_f16;
+      int32_t* unused;
+      thread_buffers(thread, &scores, &part, &run, &v_ptr, &v_f16, &unused);
+      for (int64_t unit = begin; unit < end; ++unit) {
+        const int g = static_cast<int>(unit / n_ranges);
+        const int k = static_cast<int>(unit % n_ranges);
+        chunk_partial(q + static_cast<int64_t>(g) * group * head_dim, g, group, head_dim, q_pos[0],
+                      window, scale, segments, ranges[k], ranges[k + 1], scores, v_ptr, v_f16,
+                      partials + unit * part_floats);
+      }
+    });
+    pool.parallel_for(n_kv_heads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t g = begin; g < end; ++g) {
+        float* run = partials + g * n_ranges * part_floats;
+        for (int k = 1; k < n_ranges; ++k) merge_partial(run, run + k * part_floats, group, head_dim);
+        finish_partial(run, group, head_dim, out + g * group * head_dim);
+      }
+    });
+    return;
+  }
+
+  // Prompt tiles: one (token, KV head) per task, its chunks merged in order as they come.
+  pool.parallel_for(static_cast<int64_t>(n_tokens) * n_kv_heads, [&](int64_t begin, int64_t end, int thread) {
+    float *scores, *part, *run;
+    const void** v_ptr;
+    uint8_t* v_f16;
+    int32_t* ranges;
+    thread_buffers(thread, &scores, &part, &run, &v_ptr, &v_f16, &ranges);
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int t = static_cast<int>(unit / n_heads);
-      const int j = static_cast<int>(unit % n_heads);
-      const int g = j / group;
-      const float* qj = q + unit * head_dim;
-      // Pass 1: scores of visible keys, -inf elsewhere; their maximum.
-      float max_score = neg_inf;
-      int64_t index = 0;
-      for (const KvSegment& seg : segments) {
-        for (int i = 0; i < seg.n_slots; ++i, ++index) {
-          const int s = seg.slot_at(i);
-          if (!attention_visible(q_pos[t], seg.slot_pos(s), window)) {
-            scores[index] = neg_inf;
-            continue;
-          }
-          const int64_t base = g * seg.head_stride + s * seg.slot_stride;
-          const float dot = seg.f16 ? dot_f16(qj, static_cast<const uint16_t*>(seg.k) + base, head_dim)
-                                    : dot_f32(qj, static_cast<const float*>(seg.k) + base, head_dim);
-          scores[index] = dot * scale;
-          max_score = std::max(max_score, scores[index]);
-        }
+      const int t = static_cast<int>(unit / n_kv_heads);
+      const int g = static_cast<int>(unit % n_kv_heads);
+      const float* q_g = q + (static_cast<int64_t>(t) * n_heads + g * group) * head_dim;
+      const int n_ranges = chunk_ranges(segments, q_pos[t], window, ranges);
+      GEM_CHECK(n_ranges > 0, "query at position %d sees no key", q_pos[t]);
+      for (int k = 0; k < n_ranges; ++k) {
+        chunk_partial(q_g, g, group, head_dim, q_pos[t], window, scale, segments, ranges[k],
+                      ranges[k + 1], scores, v_ptr, v_f16, k == 0 ? run : part);
+        if (k > 0) merge_partial(run, part, group, head_dim);
       }
-      // Pass 2: softmax weights and the weighted sum of V.
-      for (int d = 0; d < head_dim; ++d) acc[d] = 0.0f;
-      float sum = 0.0f;
-      index = 0;
-      for (const KvSegment& seg : segments) {
-        for (int i = 0; i < seg.n_slots; ++i, ++index) {
-          const int s = seg.slot_at(i);
-          if (scores[index] == neg_inf) continue;
-          const float p = std::exp(scores[index] - max_score);
-          sum += p;
-          const int64_t base = g * seg.head_stride + s * seg.slot_stride;
-          if (seg.f16) {
-            axpy_f16(p, static_cast<const uint16_t*>(seg.v) + base, acc, head_dim);
-          } else {
-            axpy_f32(p, static_cast<const float*>(seg.v) + base, acc, head_dim);
-          }
-        }
-      }
-      const float inv_sum = 1.0f / sum;
-      float* oj = out + unit * head_dim;
-      for (int d = 0; d < head_dim; ++d) oj[d] = acc[d] * inv_sum;
+      finish_partial(run, group, head_dim, out + (static_cast<int64_t>(t) * n_heads + g * group) * head_dim);
     }
   });
 }

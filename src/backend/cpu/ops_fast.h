@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "backend/cpu/ops_ref.h"
 #include "backend/cpu/thread_pool.h"
@@ -20,12 +21,36 @@ void axpy_f16(float s, const uint16_t* x, float* y, int n);
 // x[i] <- f16(x[i]): rounds values to what an f16 cache will hand back.
 void round_to_f16(float* x, int64_t n);
 
-// attention() of ops_ref.h in float, one (token, query head) per task. scratch holds
-// pool.size() blocks of `scratch_per_thread` floats, each at least (Σ segment slots + head_dim).
+// Attention works on chunks of kAttnChunk absolute positions: each chunk's visible keys give a
+// partial softmax (max, sum, weighted V) for every query head of a KV group (K and V read once
+// per group), and the partials are merged in position order. The chunking depends only on
+// positions, so the result does not depend on tiling or on how the work is spread over threads.
+constexpr int kAttnChunk = 256;
+
+// Scratch of attention_fast, sized once for the largest layer and context.
+struct AttentionScratch {
+  int n_threads = 0;
+  int max_group = 0;       // query heads per KV head
+  int max_head_dim = 0;
+  int max_ranges = 0;      // chunks one query can span
+  int max_kv_heads = 0;
+  int64_t thread_floats = 0;
+  std::vector<float> floats;        // [n_threads, thread_floats]: scores, chunk and running partials
+  std::vector<const void*> v_ptr;   // [n_threads, kAttnChunk] V rows of the current chunk
+  std::vector<uint8_t> v_f16;       // [n_threads, kAttnChunk]
+  std::vector<int32_t> ranges;      // [n_threads, max_ranges + 1] chunk starts (visit indices)
+  std::vector<float> partials;      // [max_kv_heads, max_ranges, max_group, 2 + head_dim] (decode)
+  void init(int threads, int n_heads, int n_kv_heads_min, int n_kv_heads_max, int head_dim_max,
+            int max_keys);
+  uint64_t bytes() const;
+};
+
+// attention() of ops_ref.h in float. One token: parallel over (KV head, chunk); several tokens:
+// over (token, KV head). Bit-identical either way.
 void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_heads,
                     int n_kv_heads, int head_dim, int window, float scale,
                     std::span<const KvSegment> segments, float* out, ThreadPool& pool,
-                    float* scratch, int64_t scratch_per_thread);
+                    AttentionScratch& scratch);
 
 // rms_norm() of ops_ref.h in float, rows split over the pool.
 void rms_norm_fast(const float* x, const float* w, int64_t n_rows, int n_cols, float eps, float* y,
