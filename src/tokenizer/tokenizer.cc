@@ -138,8 +138,9 @@ struct Tokenizer::Impl {
     return std::string_view(piece_buf).substr(piece_off[id], piece_off[id + 1] - piece_off[id]);
   }
 
-  int32_t find(std::string_view s) const {
-    const uint64_t h = hash_bytes(s);
+  int32_t find(std::string_view s) const { return find_hashed(s, hash_bytes(s)); }
+  void prefetch_text_slot(uint64_t h) const { __builtin_prefetch(&text_slots[h & text_mask]); }
+  int32_t find_hashed(std::string_view s, uint64_t h) const {
     const uint32_t hi = uint32_t(h >> 32);
     size_t i = h & text_mask;
     while (true) {
@@ -609,29 +610,66 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::GgufFile& fi
   im.merge_slots.assign(table_capacity(merges.size()), {Impl::kEmptyKey, 0, 0});
   im.merge_mask = im.merge_slots.size() - 1;
   size_t n_dropped = 0;
-  std::string joined;
-  for (size_t r = 0; r < merges.size(); ++r) {
+  // Loading is dominated by cache misses (three text lookups and one insert per merge, all at
+  // random places), so the loop is software-pipelined: merge r + kAhead is split and hashed
+  // and its text slots prefetched; merge r + kAhead / 2 has its ids resolved and its merge slot
+  // prefetched; merge r is inserted.
+  constexpr size_t kAhead = 16;
+  struct Pending {
+    std::string_view a, b;
+    std::string joined;
+    uint64_t ha = 0, hb = 0, hr = 0;
+    uint64_t key = 0;
+    int32_t result = -1;  // -1: dropped
+  };
+  Pending ring[kAhead];
+  const size_t n_merges = merges.size();
+  auto stage_hash = [&](size_t r) -> Status {
+    Pending& p = ring[r % kAhead];
     const std::string_view m = merges[r];
     const size_t sp = m.find(' ', 1);  // a part never starts with ' ' (no token holds one)
     if (sp == std::string_view::npos) {
       return fail(strprintf("merge %zu ('%.*s') has no space separating its two parts", r,
                             int(m.size()), m.data()));
     }
-    const std::string_view a = m.substr(0, sp), b = m.substr(sp + 1);
-    joined.assign(a);
-    joined.append(b);
-    const int32_t ia = im.find(a), ib = im.find(b), ir = im.find(joined);
-    if (ia < 0 || ib < 0 || ir < 0) {
-      ++n_dropped;
-      continue;
+    p.a = m.substr(0, sp);
+    p.b = m.substr(sp + 1);
+    p.joined.assign(p.a);
+    p.joined.append(p.b);
+    p.ha = hash_bytes(p.a);
+    p.hb = hash_bytes(p.b);
+    p.hr = hash_bytes(p.joined);
+    im.prefetch_text_slot(p.ha);
+    im.prefetch_text_slot(p.hb);
+    im.prefetch_text_slot(p.hr);
+    return ok_status();
+  };
+  auto stage_resolve = [&](size_t r) {
+    Pending& p = ring[r % kAhead];
+    const int32_t ia = im.find_hashed(p.a, p.ha), ib = im.find_hashed(p.b, p.hb);
+    const int32_t ir = im.find_hashed(p.joined, p.hr);
+    p.result = (ia < 0 || ib < 0 || ir < 0) ? -1 : ir;
+    p.key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
+    if (p.result >= 0) __builtin_prefetch(&im.merge_slots[im.merge_slot(p.key)]);
+  };
+  for (size_t r = 0; r < n_merges + kAhead; ++r) {
+    // In this order: the insert reads ring slot r % kAhead before stage_hash(r) reuses it.
+    if (r >= kAhead) {
+      const size_t rank = r - kAhead;
+      const Pending& p = ring[rank % kAhead];
+      if (p.result < 0) {
+        ++n_dropped;
+      } else {
+        size_t i = im.merge_slot(p.key);
+        while (im.merge_slots[i].key != Impl::kEmptyKey && im.merge_slots[i].key != p.key) {
+          i = (i + 1) & im.merge_mask;
+        }
+        // A repeated pair keeps its first (lowest) rank.
+        if (im.merge_slots[i].key != p.key) im.merge_slots[i] = {p.key, uint32_t(rank), p.result};
+      }
     }
-    const uint64_t key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
-    size_t i = im.merge_slot(key);
-    while (im.merge_slots[i].key != Impl::kEmptyKey && im.merge_slots[i].key != key) {
-      i = (i + 1) & im.merge_mask;
-    }
-    if (im.merge_slots[i].key == key) continue;  // a repeated pair keeps its first (lowest) rank
-    im.merge_slots[i] = {key, uint32_t(r), ir};
+    if (r >= kAhead / 2 && r - kAhead / 2 < n_merges) stage_resolve(r - kAhead / 2);
+    if (r < n_merges) GEM_RETURN_IF_ERROR(stage_hash(r));
   }
   if (n_dropped > 0) {
     GEM_LOG_WARN("%s%zu of %zu merges name strings that are not tokens; ignored", where.c_str(),
