@@ -1,0 +1,67 @@
+// `gem synth` and `gem inspect` end to end through the binary: a synthesised model inspects as a
+// test model with its plan; a rejected file exits non-zero with the reason.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "common/test_util.h"
+
+namespace gem {
+namespace {
+
+struct CmdResult {
+  int rc = -1;
+  std::string out;  // stdout and stderr
+};
+
+CmdResult run_gem(const std::string& args) {
+  CmdResult r;
+  const std::string cmd = test::gem_binary() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(GemCli, SynthThenInspect) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::temp_dir() + "/cli-tiny6.gguf";
+  CmdResult s = run_gem("synth --profile tiny6 --layout f32 --seed 7 -q --vocab " + test::source_dir() +
+              "/data/gemma4-vocab.gguf -o " + path);
+  ASSERT_EQ(s.rc, 0) << s.out;
+  EXPECT_NE(s.out.find("86 tensors"), std::string::npos) << s.out;
+  CmdResult i = run_gem("inspect " + path + " -c 1000 --kv-type f16");
+  ASSERT_EQ(i.rc, 0) << i.out;
+  EXPECT_NE(i.out.find("profile test"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("layers 6 (5 sliding, 1 full)"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("F32      86 tensors"), std::string::npos) << i.out;
+  // tiny6 at 1000 tokens, F16: 5 sliding x 2 x 4 x 32 x 8 slots + 1 full x 2 x 2 x 64 x 1000, x 2 bytes.
+  const unsigned long long kv = 2ull * (5 * 2 * 4 * 32 * 8 + 2 * 2 * 64 * 1000);
+  EXPECT_NE(i.out.find("at -c 1000: " + std::to_string(kv) + " B"), std::string::npos) << i.out;
+}
+
+TEST(GemCli, InspectRejectsTheAssistantWithTheReason) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  CmdResult i = run_gem("inspect " + path);
+  EXPECT_NE(i.rc, 0);
+  EXPECT_NE(i.out.find("gem inspect: rejected:"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("--mtp"), std::string::npos) << i.out;
+}
+
+TEST(GemCli, SynthWithAMissingVocabularyFails) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  CmdResult s = run_gem("synth --profile tiny -q --vocab /nonexistent/vocab.gguf -o " + test::temp_dir() + "/x.gguf");
+  EXPECT_NE(s.rc, 0);
+  EXPECT_NE(s.out.find("/nonexistent/vocab.gguf"), std::string::npos) << s.out;
+}
+
+}  // namespace
+}  // namespace gem
