@@ -462,14 +462,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::GgufFile& fi
                             e.id, int(got.size()), got.data(), e.text));
     }
   }
-  if (const gguf::KeyValue* kv = file.find_kv("tokenizer.ggml.bos_token_id")) {
+  if (file.find_kv("tokenizer.ggml.bos_token_id") != nullptr) {
     auto v = file.get_i64("tokenizer.ggml.bos_token_id");
     if (!v.ok()) return v.status().with_context(where);
     if (*v != tok::kBos) {
       return fail(strprintf("tokenizer.ggml.bos_token_id is %lld, expected %d",
                             static_cast<long long>(*v), tok::kBos));
     }
-    (void)kv;
   }
   if (file.find_kv("tokenizer.ggml.eos_token_id") != nullptr) {
     auto v = file.get_i64("tokenizer.ggml.eos_token_id");
