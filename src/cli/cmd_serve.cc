@@ -2,7 +2,7 @@
 // bound and answering (/health 503 "Loading model") before the weights load. Flags follow
 // llama-server's names: -m/--model, --host, --port, -c/--ctx-size, -t/--threads, --kv-type
 // (llama-server's -ctk/-ctv are spelled --cache-type-k here), --alias, --api-key, --timeout,
-// --sse-ping-interval. gem additions: --backend cpu|cuda|scripted:FILE, --max-body, --queue,
+// --sse-ping-interval. gem additions: --backend auto|cpu|cuda|scripted:FILE, --max-body, --queue,
 // --tile, --reference. --n-gpu-layers/--gpu-layers are accepted and ignored (the CUDA backend
 // always holds the whole model). `--backend scripted:FILE` is TEST-ONLY: it replaces the model's
 // forward with runtime/scripted_backend.h (tests/e2e and scripts/soak.sh use it).
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "backend/cpu/cpu_backend.h"
+#include "cli/backend_flags.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "cli/command.h"
@@ -21,9 +21,6 @@
 #include "runtime/engine.h"
 #include "runtime/scripted_backend.h"
 #include "tokenizer/tokenizer.h"
-#if defined(GEM_HAVE_CUDA)
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 namespace gem::cli {
 
@@ -66,7 +63,8 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
   app.add_option("--api-key", a.api_key,
                  "require this key (Authorization: Bearer or X-Api-Key); /health is exempt");
   app.add_option("--backend", a.backend,
-                 "cpu, cuda, or scripted:FILE (test-only scripted outputs, see scripted_backend.h)");
+                 "auto (CUDA when a GPU is present), cpu, cuda, or scripted:FILE (test-only "
+                 "scripted outputs, see runtime/scripted_backend.h)");
   app.add_option("--timeout", a.timeout_s, "socket read/write timeout in seconds (default 600)");
   app.add_option("--max-body", a.max_body, "largest request body (default 16M; K/M/G suffixes)");
   app.add_option("--queue", a.queue,
@@ -124,22 +122,24 @@ Status load_into(const ServeArgs& a, RunningServer& running) {
   bo.n_tile = a.tile;
   bo.reference = a.reference;
   std::unique_ptr<Backend> backend;
-  if (a.backend == "cpu") {
-    GEM_ASSIGN_OR_RETURN(backend, cpu::make_cpu_backend(*m, bo));
-  } else if (a.backend == "cuda") {
-#if defined(GEM_HAVE_CUDA)
-    GEM_ASSIGN_OR_RETURN(backend, make_cuda_backend(*m, bo));
-#else
-    return errorf("--backend cuda: this gem was built without the CUDA backend");
-#endif
-  } else if (a.backend.rfind("scripted:", 0) == 0) {
+  if (a.backend.rfind("scripted:", 0) == 0) {
     GEM_LOG_WARN("--backend %s: TEST-ONLY scripted outputs, the model's weights are not used",
                  a.backend.c_str());
     GEM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ScriptedBackend> sb,
                          runtime::make_scripted_backend(a.backend.substr(9), *tok, bo));
     backend = std::move(sb);
+  } else if (a.backend == "cpu" || a.backend == "cuda" || a.backend == "auto") {
+    // The same choice as gem run/bench (cli/backend_flags.h).
+    BackendFlags f;
+    f.backend = a.backend;
+    f.n_ctx = bo.n_ctx;
+    f.kv_type = a.kv_type;
+    f.n_threads = a.n_threads;
+    f.n_tile = a.tile;
+    f.reference = a.reference;
+    GEM_ASSIGN_OR_RETURN(backend, make_backend(*m, f));
   } else {
-    return errorf("--backend %s: expected cpu, cuda or scripted:FILE", a.backend.c_str());
+    return errorf("--backend %s: expected auto, cpu, cuda or scripted:FILE", a.backend.c_str());
   }
   std::string chat_template;
   if (auto t = m->file->get_string("tokenizer.chat_template"); t.ok()) chat_template = std::string(*t);

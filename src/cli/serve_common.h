@@ -22,7 +22,7 @@ struct ServeArgs {
   std::string kv_type = "f32";
   std::string alias;
   std::string api_key;
-  std::string backend = "cpu";  // cpu | cuda | scripted:FILE (test-only)
+  std::string backend = "auto";  // auto | cpu | cuda | scripted:FILE (test-only)
   int timeout_s = 600;
   std::string max_body = "16M";
   int queue = 8;

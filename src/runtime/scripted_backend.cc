@@ -51,7 +51,7 @@ Status ScriptedBackend::eval(std::span<const int32_t> tokens, bool /*all_logits*
     }
     n_evaluated_total_ += step;
     done += step;
-    sleep_us(scripted_.tile_delay_us);
+    if (total > 1) sleep_us(scripted_.tile_delay_us);  // prompt tiles only, not decode steps
     if (total > 1 && on_tile && !on_tile(done, total)) {
       return errorf("cancelled after %d of %d prompt tokens", done, total);
     }

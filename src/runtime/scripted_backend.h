@@ -26,7 +26,7 @@ using ScriptFn = std::function<std::vector<int32_t>(std::span<const int32_t> pro
 struct ScriptedOptions {
   int n_vocab = 262144;
   int token_delay_us = 0;  // slept per evaluated token (simulates a slow model)
-  int tile_delay_us = 0;   // slept per prompt tile
+  int tile_delay_us = 0;   // slept per prompt tile (evals of more than one token)
 };
 
 class ScriptedBackend : public Backend {

@@ -36,6 +36,11 @@ Sse post_stream(httplib::Client& c, const json& body, int* status = nullptr) {
   return parse_sse(r->body);
 }
 
+json with(json base, const json& more) {
+  base.update(more);
+  return base;
+}
+
 void expect_error(const json& body, int status, const std::string& type) {
   ASSERT_TRUE(body.is_object()) << body;
   ASSERT_TRUE(body.contains("error")) << body;
@@ -122,8 +127,12 @@ TEST(Server, StreamedReasoningAndContent) {
     if (i > 0 && !ch["choices"].empty()) {
       const json& d = ch["choices"][0]["delta"];
       EXPECT_FALSE(d.contains("role")) << ch;
-      if (d.contains("content")) EXPECT_NE(d["content"], "") << "empty content delta";
-      if (d.contains("reasoning_content")) EXPECT_NE(d["reasoning_content"], "");
+      if (d.contains("content")) {
+        EXPECT_NE(d["content"], "") << "empty content delta";
+      }
+      if (d.contains("reasoning_content")) {
+        EXPECT_NE(d["reasoning_content"], "");
+      }
     }
   }
   EXPECT_EQ(s.reasoning, "The user greets me.");
@@ -236,12 +245,12 @@ TEST(Server, LengthStopStringsThinkingAndToolChoice) {
   auto c = ts.client();
   int status = 0;
   json base = {{"messages", user_msgs("Count please")}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
-  json r = post_json(c, "/v1/chat/completions", json(base).update({{"max_tokens", 3}}), &status);
+  json r = post_json(c, "/v1/chat/completions", with(base, {{"max_tokens", 3}}), &status);
   ASSERT_EQ(status, 200) << r;
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["completion_tokens"], 3);
 
-  r = post_json(c, "/v1/chat/completions", json(base).update({{"stop", {"four", "xyz"}}}), &status);
+  r = post_json(c, "/v1/chat/completions", with(base, {{"stop", {"four", "xyz"}}}), &status);
   ASSERT_EQ(status, 200) << r;
   EXPECT_EQ(r["choices"][0]["message"]["content"], "one two three ");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
@@ -377,7 +386,7 @@ TEST(Server, OneAtATimeBoundedQueueAndGetsWhileGenerating) {
   std::thread b([&] {  // waits in the queue
     auto c = ts.client();
     int st = 0;
-    post_json(c, "/v1/chat/completions", json(slow).update({{"max_tokens", 5}}), &st);
+    post_json(c, "/v1/chat/completions", with(slow, {{"max_tokens", 5}}), &st);
     if (st == 200) ok_count++;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -432,7 +441,9 @@ TEST(Server, PromptProgressInvariantsAndHeartbeats) {
     EXPECT_EQ(static_cast<int>(progress.size()), n_tiles + 1);
     EXPECT_EQ(s.chunks.back()["usage"]["prompt_tokens"], total);
     EXPECT_EQ(s.chunks.back()["usage"]["prompt_tokens_details"]["cached_tokens"], cache);
-    if (round == 1) EXPECT_EQ(cache, total);
+    if (round == 1) {
+      EXPECT_EQ(cache, total);
+    }
     EXPECT_EQ(s.content, "Hello there, friend!");
   }
   // Without return_progress: a comment after each prompt tile.
