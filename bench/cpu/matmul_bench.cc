@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   using namespace gem;
   using namespace gem::cpu;
   int max_threads = 2;
-  bool quick = false, hot = false;
+  bool quick = false, hot = false, no_bw = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -143,10 +143,10 @@ int main(int argc, char** argv) {
     if (a == "--quick") quick = true;
     if (a == "--hot") hot = true;
     if (a == "--only" && i + 1 < argc) only = argv[++i];  // a shape name
-    if (a == "--no-bw") only = only.empty() ? "*" : only;
+    if (a == "--no-bw") no_bw = true;
   }
   std::printf("matmul ISA: %s\n", std::string(matmul_isa()).c_str());
-  if (only.empty()) {
+  if (!no_bw) {
     std::vector<float> src(static_cast<size_t>(128) << 20, 1.0f), dst(src.size(), 0.0f);  // 512 MiB
     for (int th = 1; th <= max_threads; ++th) {
       ThreadPool pool(th);
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     ThreadPool pool(th);
     for (const Shape& s : shapes) {
       if (quick && th == 1 && s.type != DType::kQ4_0) continue;
-      if (!only.empty() && only != "*" && only != s.name + std::string("/") + std::string(dtype_name(s.type))) continue;
+      if (!only.empty() && only != s.name + std::string("/") + std::string(dtype_name(s.type))) continue;
       bench_shape(s, pool, quick, hot);
     }
   }
