@@ -165,7 +165,7 @@ struct ProfileCheck {
 };
 
 Status check_profile(const ProfileSpec& p, const Config& c) {
-  ProfileCheck k{p.profile == Profile::k12B ? "12B" : "31B", ok_status()};
+  ProfileCheck k{profile_name(p.profile).data(), ok_status()};
   k.eq("block_count", p.n_layers, c.n_layers);
   k.eq("embedding_length", p.n_embd, c.n_embd);
   k.eq("feed_forward_length", p.n_ff, c.n_ff);
@@ -284,7 +284,7 @@ Status read_config(const gguf::GgufFile& f, Config* c) {
   GEM_ASSIGN_OR_RETURN(c->n_kv_heads_sliding, uniform_value(kv, c->sliding, true, "attention.head_count_kv"));
   GEM_ASSIGN_OR_RETURN(c->n_kv_heads_full, uniform_value(kv, c->sliding, false, "attention.head_count_kv"));
   if (spec) {
-    ProfileCheck k{std::string(profile_name(spec->profile)) == "12B" ? "12B" : "31B", ok_status()};
+    ProfileCheck k{profile_name(spec->profile).data(), ok_status()};  // a literal: NUL-terminated
     k.eq("attention.head_count_kv (sliding layers)", spec->n_kv_heads_sliding, c->n_kv_heads_sliding);
     k.eq("attention.head_count_kv (full layers)", spec->n_kv_heads_full, c->n_kv_heads_full);
     GEM_RETURN_IF_ERROR(k.status);
@@ -506,6 +506,7 @@ std::vector<ManifestEntry> tensor_manifest(const Config& c) {
 }
 
 Result<std::unique_ptr<Model>> load_model(std::unique_ptr<gguf::GgufFile> file) {
+  if (!file) return errorf("load_model: no file");
   const gguf::GgufFile& f = *file;
   if (!f.find_kv("general.architecture")) return errorf("key general.architecture missing");
   GEM_ASSIGN_OR_RETURN(std::string_view arch, f.get_string("general.architecture"));
