@@ -129,9 +129,17 @@ def main():
             sys.exit("soak: server never became healthy")
         rng = random.Random(1)
         kinds = ["stream"] * 35 + ["plain"] * 25 + ["tool"] * 20 + ["bad"] * 12 + ["hangup"] * 8
-        # Warm-up (allocations that happen once), then the baseline RSS.
-        for _ in range(20):
-            one(port, rng, rng.choice(["stream", "plain", "tool"]), {}, threading.Lock())
+        # Warm-up with the same mix and concurrency, so one-time allocations (per-thread malloc
+        # arenas of the HTTP pool, the logits buffers, caches) are in the baseline RSS.
+        def warm(seed):
+            r = random.Random(seed)
+            for _ in range(50):
+                one(port, r, r.choice(kinds), {}, threading.Lock())
+        warmers = [threading.Thread(target=warm, args=(s,)) for s in (3, 4)]
+        for t in warmers:
+            t.start()
+        for t in warmers:
+            t.join()
         rss_before = rss_kib(server.pid)
         counts, lock, errors = {}, threading.Lock(), []
         per_client = a.requests // 2

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <ctime>
 
 #include "base/log.h"
 #include "base/timer.h"
@@ -14,6 +15,12 @@ namespace {
 
 bool is_cancel_status(const Status& st) {
   return !st.ok() && st.message().rfind("cancelled", 0) == 0;
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 uint64_t resolve_seed(uint64_t seed) {
@@ -164,7 +171,13 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
     generated.push_back(token);
     history.push_back(token);
     result.n_generated++;
-    const bool keep_going = cb.on_token ? cb.on_token(token) : true;
+    bool keep_going = true;
+    if (cb.on_token) {
+      const double t0 = now_seconds(), c0 = thread_cpu_seconds();
+      keep_going = cb.on_token(token);
+      result.callback_seconds += now_seconds() - t0;
+      result.callback_cpu_seconds += thread_cpu_seconds() - c0;
+    }
     if (request.stop_at_eog && is_eog(token)) {
       result.finish = FinishReason::kEog;
       break;

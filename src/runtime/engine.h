@@ -55,6 +55,8 @@ struct GenerateResult {
   int n_generated = 0;   // tokens passed to on_token
   double prompt_seconds = 0.0;
   double decode_seconds = 0.0;
+  double callback_seconds = 0.0;      // of decode_seconds, spent in on_token (the caller's work)
+  double callback_cpu_seconds = 0.0;  // CPU time of this thread in on_token (no scheduler waits)
 };
 
 class Engine {

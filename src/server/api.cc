@@ -484,7 +484,11 @@ json timings_json(const runtime::GenerateResult& r) {
               {"predicted_ms", predicted_ms},
               {"predicted_per_token_ms", r.n_generated > 0 ? predicted_ms / r.n_generated : 0.0},
               {"predicted_per_second",
-               predicted_ms > 0 ? r.n_generated * 1e3 / predicted_ms : 0.0}};
+               predicted_ms > 0 ? r.n_generated * 1e3 / predicted_ms : 0.0},
+              // gem's own: of predicted_ms, the time spent mapping tokens to SSE/JSON and writing
+              // them (the server's per-token overhead over the engine loop).
+              {"predicted_server_ms", r.callback_seconds * 1e3},
+              {"predicted_server_cpu_ms", r.callback_cpu_seconds * 1e3}};
 }
 
 DeltaAssembler::DeltaAssembler(std::vector<std::string> stop, std::mt19937_64* rng)
