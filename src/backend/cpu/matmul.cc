@@ -9,6 +9,7 @@
 
 #include "backend/cpu/simd_kernels.h"
 #include "base/check.h"
+#include "base/quant.h"
 
 namespace gem::cpu {
 namespace {
@@ -20,29 +21,6 @@ inline float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return fp16_to_f32(h);
-}
-
-// ---- Dequantisers (bit-exact: each value is one f32 product, as gguf-py computes it) ----
-
-void dequant_q4_0(const uint8_t* row, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / kQK4_0; ++b) {
-    const uint8_t* blk = row + b * sizeof(BlockQ4_0);
-    const float d = half(blk);
-    const uint8_t* qs = blk + 2;
-    for (int j = 0; j < 16; ++j) {
-      out[b * 32 + j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
-      out[b * 32 + j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-    }
-  }
-}
-
-void dequant_q8_0(const uint8_t* row, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / kQK8_0; ++b) {
-    const uint8_t* blk = row + b * sizeof(BlockQ8_0);
-    const float d = half(blk);
-    const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2);
-    for (int j = 0; j < 32; ++j) out[b * 32 + j] = static_cast<float>(qs[j]) * d;
-  }
 }
 
 // Q6_K element i of a super-block: code = 4 low bits (ql) | 2 high bits (qh) << 4, scale sc[i/16].
@@ -57,45 +35,13 @@ inline int q6k_code(const BlockQ6_K& b, int i) {
   return low | high << 4;
 }
 
-void dequant_q6_k(const uint8_t* row, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / kQK_K; ++b) {
-    BlockQ6_K blk;
-    std::memcpy(&blk, row + b * sizeof(BlockQ6_K), sizeof(blk));
-    const float d = fp16_to_f32(blk.d);
-    for (int i = 0; i < kQK_K; ++i) {
-      out[b * kQK_K + i] =
-          d * static_cast<float>(blk.scales[i / 16]) * static_cast<float>(q6k_code(blk, i) - 32);
-    }
-  }
-}
-
+// Rows decode through base/quant's bit-exact decoders (one f32 product per value).
 void dequant_row(const model::TensorView& w, int64_t row, float* out) {
+  GEM_CHECK(can_dequantize(w.type), "get_row(%.*s): dtype %.*s is not supported",
+            static_cast<int>(w.name.size()), w.name.data(),
+            static_cast<int>(dtype_name(w.type).size()), dtype_name(w.type).data());
   const uint8_t* p = w.data + static_cast<uint64_t>(row) * w.row_bytes();
-  switch (w.type) {
-    case DType::kF32:
-      std::memcpy(out, p, static_cast<size_t>(w.cols) * sizeof(float));
-      return;
-    case DType::kF16:
-      for (int64_t i = 0; i < w.cols; ++i) out[i] = half(p + 2 * i);
-      return;
-    case DType::kBF16:
-      for (int64_t i = 0; i < w.cols; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = bf16_to_f32(h);
-      }
-      return;
-    case DType::kQ4_0:
-      return dequant_q4_0(p, w.cols, out);
-    case DType::kQ8_0:
-      return dequant_q8_0(p, w.cols, out);
-    case DType::kQ6_K:
-      return dequant_q6_k(p, w.cols, out);
-    default:
-      GEM_CHECK(false, "get_row(%.*s): dtype %.*s is not supported", static_cast<int>(w.name.size()),
-                w.name.data(), static_cast<int>(dtype_name(w.type).size()),
-                dtype_name(w.type).data());
-  }
+  dequantize_row(w.type, p, out, w.cols);
 }
 
 void check_matmul_args(const model::TensorView& w, int n_tokens) {
