@@ -17,7 +17,12 @@ struct GemRun {
 // Runs `gem ARGS` through the shell, capturing stdout (stderr discarded).
 GemRun run_gem(const std::string& args) {
   GemRun r;
-  const std::string cmd = "'" + test::gem_binary() + "' " + args + " 2>/dev/null";
+  // Built with += : GCC 12's -Wrestrict misfires on "literal" + std::string at -O3 (GCC PR 105329).
+  std::string cmd = "'";
+  cmd += test::gem_binary();
+  cmd += "' ";
+  cmd += args;
+  cmd += " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -35,7 +40,9 @@ std::string vocab() {
 TEST(TokenizeCli, IdsPiecesAndFlags) {
   ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
   GEM_REQUIRE_FIXTURE(vocab());
-  const std::string m = "-m '" + vocab() + "' ";
+  std::string m = "-m '";
+  m += vocab();
+  m += "' ";
   GemRun r = run_gem("tokenize " + m + "--ids --parse-special 'Hello world<turn|>'");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, "[2, 9259, 1902, 106]\n");
@@ -58,7 +65,9 @@ TEST(TokenizeCli, IdsPiecesAndFlags) {
 TEST(TokenizeCli, Detokenize) {
   ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
   GEM_REQUIRE_FIXTURE(vocab());
-  const std::string m = "-m '" + vocab() + "' ";
+  std::string m = "-m '";
+  m += vocab();
+  m += "' ";
   GemRun r = run_gem("detokenize " + m + "'2, 9259 1902,106'");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, "Hello world\n");
