@@ -33,8 +33,9 @@ std::vector<std::string> corpus_files() {
 
 // Runs render_jinja.py once over all files; returns {path: rendered}.
 json render_with_jinja(const std::vector<std::string>& files) {
-  std::string cmd = "python3 '" + test::source_dir() + "/tests/chat/render_jinja.py' '" +
-                    template_path() + "'";
+  // Debian's python3 (where scripts/setup.sh installs python3-jinja2) before whatever is on PATH.
+  std::string cmd = test::file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  cmd += " '" + test::source_dir() + "/tests/chat/render_jinja.py' '" + template_path() + "'";
   for (const std::string& f : files) cmd += " '" + f + "'";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return json();
