@@ -70,6 +70,66 @@ TEST(ThreadPool, ManyCallsAndChunksAreContiguous) {
   EXPECT_GT(total, 0);
 }
 
+// parallel_for_dynamic: every index exactly once; a slot is never used by two threads at once
+// (a non-atomic per-slot flag would catch overlap); pieces of one slot come in increasing
+// order; grain larger than n, grain 1, and many back-to-back calls mixed with static calls.
+void check_dynamic(ThreadPool& pool, int64_t n, int64_t grain) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  for (auto& h : hits) h.store(0);
+  std::vector<std::atomic<int>> in_slot(static_cast<size_t>(pool.size()));
+  for (auto& f : in_slot) f.store(0);
+  std::vector<int64_t> last_begin(static_cast<size_t>(pool.size()), -1);
+  std::atomic<int> bad{0};
+  pool.parallel_for_dynamic(n, grain, [&](int64_t b, int64_t e, int slot) {
+    if (slot < 0 || slot >= pool.size() || !(0 <= b && b < e && e <= n) || e - b > grain) {
+      bad.fetch_add(1);
+      return;
+    }
+    if (in_slot[static_cast<size_t>(slot)].fetch_add(1) != 0) bad.fetch_add(1);
+    if (b <= last_begin[static_cast<size_t>(slot)]) bad.fetch_add(1);
+    last_begin[static_cast<size_t>(slot)] = b;
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    in_slot[static_cast<size_t>(slot)].fetch_sub(1);
+  });
+  EXPECT_EQ(bad.load(), 0) << "n=" << n << " grain=" << grain;
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += hits[static_cast<size_t>(i)].load() != 1;
+  EXPECT_EQ(wrong, 0) << "n=" << n << " grain=" << grain << " threads=" << pool.size();
+}
+
+TEST(ThreadPool, DynamicCoversRangeExactlyOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 64, 1001, 65537}) {
+      for (int64_t grain : {1, 3, 16, 100000}) check_dynamic(pool, n, grain);
+    }
+  }
+}
+
+TEST(ThreadPool, DynamicAndStaticCallsInterleave) {
+  ThreadPool pool(3);
+  for (int call = 0; call < 2000; ++call) {
+    const int64_t n = 1 + call % 23;
+    std::atomic<int64_t> sum{0};
+    auto add = [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) sum.fetch_add(i + 1);
+    };
+    if (call % 2) {
+      pool.parallel_for_dynamic(n, 1 + call % 5, add);
+    } else {
+      pool.parallel_for(n, add);
+    }
+    ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "call " << call;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // workers asleep
+  check_dynamic(pool, 5000, 7);
+}
+
+TEST(ThreadPool, DynamicRejectsZeroGrain) {
+  ThreadPool pool(2);
+  EXPECT_DEATH(pool.parallel_for_dynamic(10, 0, [](int64_t, int64_t, int) {}), "grain");
+}
+
 TEST(ThreadPool, WakesAfterIdle) {
   ThreadPool pool(4);
   for (int round = 0; round < 3; ++round) {

@@ -3,6 +3,7 @@
 // token, so the common case (workers still spinning) costs one atomic store and one counter wait.
 #include "backend/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -42,6 +43,8 @@ struct ThreadPool::Impl {
   // (release); a thread reads them only after claiming a chunk (acquire on the same counter).
   const std::function<void(int64_t, int64_t, int)>* fn = nullptr;
   int64_t n = 0;
+  int64_t grain = 0;                  // 0: static chunks; else parallel_for_dynamic's pieces
+  std::atomic<int64_t> next_item{0};  // dynamic: the first index no thread has claimed yet
 
   // Chunks are claimed, not assigned: whichever thread is running takes the next chunk, so a
   // worker descheduled by another process (a shared machine) does not stall the call. The chunk
@@ -56,18 +59,32 @@ struct ThreadPool::Impl {
   std::mutex mu;
   std::condition_variable cv;
 
-  // Claims and runs chunks of the current job until none is left.
+  // Claims and runs chunks of the current job until none is left. A static job has n_threads
+  // contiguous chunks; a dynamic job has n_threads slots, and the thread holding a slot claims
+  // pieces until the range is exhausted (a slot claimed after that runs nothing), so the caller
+  // itself closes the slots of workers that never woke up. fn, n and grain are read only after
+  // a successful claim, which orders them after the caller's writes.
   void run_chunks() {
     for (;;) {
       const int c = next_chunk.fetch_add(1, std::memory_order_acq_rel);
       if (c >= n_threads) return;
-      // Contiguous chunk c of T: [n*c/T, n*(c+1)/T).
-      const int64_t begin = n * c / n_threads;
-      const int64_t end = n * (c + 1) / n_threads;
-      if (begin < end) (*fn)(begin, end, c);
+      if (grain == 0) {
+        // Contiguous chunk c of T: [n*c/T, n*(c+1)/T).
+        const int64_t begin = n * c / n_threads;
+        const int64_t end = n * (c + 1) / n_threads;
+        if (begin < end) (*fn)(begin, end, c);
+      } else {
+        for (;;) {
+          const int64_t begin = next_item.fetch_add(grain, std::memory_order_relaxed);
+          if (begin >= n) break;
+          (*fn)(begin, std::min(n, begin + grain), c);
+        }
+      }
       done_chunks.fetch_add(1, std::memory_order_acq_rel);
     }
   }
+
+  void run(int64_t n_items, int64_t piece, const std::function<void(int64_t, int64_t, int)>& f);
 
   void worker_main() {
     uint64_t seen = 0;
@@ -127,15 +144,33 @@ int ThreadPool::size() const { return impl_->n_threads; }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
-  Impl& s = *impl_;
-  if (s.n_threads == 1) {
+  if (impl_->n_threads == 1) {
     fn(0, n, 0);
     return;
   }
+  impl_->run(n, 0, fn);
+}
+
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain,
+                                      const std::function<void(int64_t, int64_t, int)>& fn) {
+  GEM_CHECK(grain >= 1, "ThreadPool::parallel_for_dynamic: grain must be >= 1");
+  if (n <= 0) return;
+  if (impl_->n_threads == 1) {
+    for (int64_t b = 0; b < n; b += grain) fn(b, std::min(n, b + grain), 0);
+    return;
+  }
+  impl_->run(n, grain, fn);
+}
+
+void ThreadPool::Impl::run(int64_t n_items, int64_t piece,
+                           const std::function<void(int64_t, int64_t, int)>& f) {
+  Impl& s = *this;
   GEM_CHECK(!s.busy, "ThreadPool::parallel_for: nested or concurrent call (not supported)");
   s.busy = true;
-  s.fn = &fn;
-  s.n = n;
+  s.fn = &f;
+  s.n = n_items;
+  s.grain = piece;
+  s.next_item.store(0, std::memory_order_relaxed);
   s.done_chunks.store(0, std::memory_order_relaxed);
   s.next_chunk.store(0, std::memory_order_release);
   s.generation.fetch_add(1, std::memory_order_seq_cst);

@@ -24,6 +24,14 @@ class ThreadPool {
   // it at a time.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // fn(begin, end, slot) over [0, n) in pieces of `grain` (the last may be shorter) that running
+  // threads claim one at a time, so a thread slowed by another process does less of the work
+  // instead of stalling the call. slot in [0, size()) names the calling thread for the whole
+  // call and is unique among concurrent executions (per-thread scratch may be indexed by it);
+  // one slot may receive several, non-adjacent pieces, in increasing order. grain >= 1.
+  void parallel_for_dynamic(int64_t n, int64_t grain,
+                            const std::function<void(int64_t, int64_t, int)>& fn);
+
   struct Impl;
 
  private:
