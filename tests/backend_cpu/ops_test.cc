@@ -259,6 +259,31 @@ TEST(OpsFast, NormGeluDotMatchReference) {
   }
 }
 
+TEST(OpsFast, GeluOverItsWholeRange) {
+  // Dense grid through the curved part, the saturated tails and extremes (the vector path's
+  // clamped exponential), with odd lengths so the scalar tail runs too. The fast path computes
+  // u / (1 + e^(-2z)) with a float exponential (relative error < 2e-7), the reference
+  // 0.5·u·(1 + tanh z) in double: a few float roundings apart. In the negative tail the
+  // reference's 1 + tanh z cancels in double (absolute error ~2^-53·|u·up|, exactly 0 once
+  // tanh rounds to -1), hence the absolute term.
+  ThreadPool pool(2);
+  std::vector<float> g;
+  for (int i = -4000; i <= 4000; ++i) g.push_back(static_cast<float>(i) * 0.005f);
+  for (float v : {-1e4f, -300.0f, -88.0f, -45.0f, -9.5f, 9.5f, 45.0f, 88.0f, 300.0f, 1e4f}) g.push_back(v);
+  std::vector<float> up = random_vec(g.size(), 23, 2.0f);
+  std::vector<float> want = g, got = g;
+  gelu_tanh_mul(want.data(), up.data(), static_cast<int64_t>(g.size()));
+  gelu_tanh_mul_fast(got.data(), up.data(), static_cast<int64_t>(g.size()), pool);
+  for (size_t i = 0; i < g.size(); ++i) {
+    // z rounded to float moves e^(-2z) by a relative |2z|·2^-23 or so (a few roundings).
+    const double u = g[i];
+    const double z2 = 2 * 0.7978845608 * std::fabs(u + 0.044715 * u * u * u);
+    const double rel = 1e-6 + 4 * z2 * 0x1p-24;
+    const double tail = 0x1p-52 * std::fabs(u * up[i]);
+    ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + tail) << "u=" << g[i];
+  }
+}
+
 TEST(KvCache, RingPositionsAndJournal) {
   // Two layers: a sliding one (window 4, 2 KV heads × 8) and a full one (1 × 16), n_ctx 32.
   std::vector<model::LayerPlan> plan(2);
