@@ -9,8 +9,7 @@
 namespace gem::cuda {
 namespace {
 
-constexpr int kWarps = 8;       // warps per block of the matvec kernels
-constexpr int kRowsPerWarp = 4;  // rows of W per warp: each x block is loaded once for 4 rows
+constexpr int kWarps = 8;  // warps per block of the f32/Q6_K matvec kernel
 
 __device__ __forceinline__ float q6k_value_mv(const uint8_t* sb, int j) {
   const uint8_t* ql = sb + 64 * (j >> 7);
@@ -22,105 +21,163 @@ __device__ __forceinline__ float q6k_value_mv(const uint8_t* sb, int j) {
   return static_cast<float>(sc[(l >> 4) + 2 * quarter]) * static_cast<float>(q - 32);
 }
 
-// Σ over one 32-weight block of (quant value)·xq, for Q4_0 (nibble − 8 folded in by the
-// caller through ds.y) or Q8_0.
+// The quantised matrix-vector products are bound by how many weight bytes are in flight, so
+// each warp owns few rows (kQRows), blocks are small (kQWarps warps: many blocks per SM even for
+// 4096-row matrices), and each lane issues the loads of kUnroll blocks (32 blocks apart) before
+// using any of them. Rows past the end are clamped for loading and never stored.
+constexpr int kQWarps = 4;
+
 template <bool kQ8>
-__device__ __forceinline__ int block_dot(const uint8_t* wrow, int b, int4 x0, int4 x1) {
+struct WBlock {
+  int4 lo, hi;  // Q4_0: lo = the 16 nibble bytes; Q8_0: lo, hi = the 32 int8
+};
+
+template <bool kQ8>
+__device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b) {
+  WBlock<kQ8> w;
   if constexpr (kQ8) {
-    const int4 w0 = reinterpret_cast<const int4*>(wrow)[2 * b];
-    const int4 w1 = reinterpret_cast<const int4*>(wrow)[2 * b + 1];
-    int dp = __dp4a(w0.x, x0.x, 0);
-    dp = __dp4a(w0.y, x0.y, dp);
-    dp = __dp4a(w0.z, x0.z, dp);
-    dp = __dp4a(w0.w, x0.w, dp);
-    dp = __dp4a(w1.x, x1.x, dp);
-    dp = __dp4a(w1.y, x1.y, dp);
-    dp = __dp4a(w1.z, x1.z, dp);
-    dp = __dp4a(w1.w, x1.w, dp);
-    return dp;
+    w.lo = __ldg(reinterpret_cast<const int4*>(wrow) + 2 * b);
+    w.hi = __ldg(reinterpret_cast<const int4*>(wrow) + 2 * b + 1);
   } else {
-    const int4 w = reinterpret_cast<const int4*>(wrow)[b];
+    w.lo = __ldg(reinterpret_cast<const int4*>(wrow) + b);
+    w.hi = make_int4(0, 0, 0, 0);
+  }
+  return w;
+}
+
+// Σ over one 32-weight block of (quant value)·xq, for Q4_0 (nibble − 8 folded in by the caller
+// through ds.y) or Q8_0; then scaled: d_w·(d_x·Σ) (Q8_0) or d_w·(d_x·Σ − 8·d_x·Σx) (Q4_0).
+template <bool kQ8>
+__device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int4 x0, int4 x1,
+                                             float2 ds) {
+  int dp;
+  if constexpr (kQ8) {
+    dp = __dp4a(w.lo.x, x0.x, 0);
+    dp = __dp4a(w.lo.y, x0.y, dp);
+    dp = __dp4a(w.lo.z, x0.z, dp);
+    dp = __dp4a(w.lo.w, x0.w, dp);
+    dp = __dp4a(w.hi.x, x1.x, dp);
+    dp = __dp4a(w.hi.y, x1.y, dp);
+    dp = __dp4a(w.hi.z, x1.z, dp);
+    dp = __dp4a(w.hi.w, x1.w, dp);
+    return dw * ds.x * static_cast<float>(dp);
+  } else {
     const int m = 0x0F0F0F0F;
-    int dp = __dp4a(w.x & m, x0.x, 0);
-    dp = __dp4a(w.y & m, x0.y, dp);
-    dp = __dp4a(w.z & m, x0.z, dp);
-    dp = __dp4a(w.w & m, x0.w, dp);
-    dp = __dp4a((w.x >> 4) & m, x1.x, dp);
-    dp = __dp4a((w.y >> 4) & m, x1.y, dp);
-    dp = __dp4a((w.z >> 4) & m, x1.z, dp);
-    dp = __dp4a((w.w >> 4) & m, x1.w, dp);
-    return dp;
+    dp = __dp4a(w.lo.x & m, x0.x, 0);
+    dp = __dp4a(w.lo.y & m, x0.y, dp);
+    dp = __dp4a(w.lo.z & m, x0.z, dp);
+    dp = __dp4a(w.lo.w & m, x0.w, dp);
+    dp = __dp4a((w.lo.x >> 4) & m, x1.x, dp);
+    dp = __dp4a((w.lo.y >> 4) & m, x1.y, dp);
+    dp = __dp4a((w.lo.z >> 4) & m, x1.z, dp);
+    dp = __dp4a((w.lo.w >> 4) & m, x1.w, dp);
+    return dw * (ds.x * static_cast<float>(dp) - 8.0f * ds.y);
   }
 }
 
-template <bool kQ8>
-__device__ __forceinline__ float block_term(const uint8_t* wrow, const __half* drow, int b,
-                                            int4 x0, int4 x1, float2 ds) {
-  const float dw = __half2float(drow[b]);
-  const float dp = static_cast<float>(block_dot<kQ8>(wrow, b, x0, x1));
-  return kQ8 ? dw * ds.x * dp : dw * (ds.x * dp - 8.0f * ds.y);
+// acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
+// each, starting at row0 (clamped to rows − 1 for loading), activations of token row x4/ds.
+template <bool kQ8, int kMats, int kRows, int kUnroll>
+__device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
+                                                int64_t rows, int nb, int64_t row0,
+                                                const int4* x4, const float2* ds, int lane,
+                                                float (&acc)[kMats][kRows]) {
+  const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
+  const uint8_t* wrow[kMats][kRows];
+  const __half* drow[kMats][kRows];
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r < rows ? row0 + r : rows - 1;
+      wrow[m][r] = qs[m] + row * row_bytes;
+      drow[m][r] = d[m] + row * nb;
+    }
+  }
+  for (int b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
+    WBlock<kQ8> w[kUnroll][kMats][kRows];
+    __half dw[kUnroll][kMats][kRows];
+    int4 x0[kUnroll], x1[kUnroll];
+    float2 s[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int b = b0 + 32 * u;
+      if (b < nb) {
+        x0[u] = __ldg(x4 + 2 * b);
+        x1[u] = __ldg(x4 + 2 * b + 1);
+        s[u] = __ldg(ds + b);
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            w[u][m][r] = load_wblock<kQ8>(wrow[m][r], b);
+            dw[u][m][r] = drow[m][r][b];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (b0 + 32 * u < nb) {
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            acc[m][r] += wblock_term<kQ8>(w[u][m][r], __half2float(dw[u][m][r]), x0[u], x1[u], s[u]);
+          }
+        }
+      }
+    }
+  }
 }
 
-// y[t, r] for kRowsPerWarp consecutive rows per warp; blockIdx.y = token t.
-template <bool kQ8>
-__global__ void __launch_bounds__(kWarps * 32)
+// y[t, r] for kRows consecutive rows per warp; blockIdx.y = token t.
+template <bool kQ8, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
                     const int8_t* xq, const float2* xds, float* y, float cap) {
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRowsPerWarp;
+      (static_cast<int64_t>(blockIdx.x) * kQWarps + (threadIdx.x >> 5)) * kRows;
   if (row0 >= rows) return;
   const int t = blockIdx.y, nb = cols / 32;
-  const int64_t row_bytes = kQ8 ? cols : cols / 2;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
-  float acc[kRowsPerWarp] = {};
-  for (int b = lane; b < nb; b += 32) {
-    const int4 x0 = x4[2 * b], x1 = x4[2 * b + 1];
-    const float2 s = ds[b];
+  float acc[1][kRows] = {};
+  const uint8_t* q[1] = {qs};
+  const __half* dd[1] = {d};
+  accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int64_t row = row0 + r;
-      if (row < rows) acc[r] += block_term<kQ8>(qs + row * row_bytes, d + row * nb, b, x0, x1, s);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const float v = warp_sum(acc[r]);
+  for (int r = 0; r < kRows; ++r) {
+    const float v = warp_sum(acc[0][r]);
     if (lane == 0 && row0 + r < rows) {
       y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
     }
   }
 }
 
-// Two output rows per warp: gelu_tanh(gate·x)·(up·x).
-__global__ void __launch_bounds__(kWarps * 32)
+// kRows output rows per warp: gelu_tanh(gate·x)·(up·x).
+template <int kRows, int kUnroll>
+__global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
                         int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g) {
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 2;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * kQWarps + (threadIdx.x >> 5)) * kRows;
   if (row0 >= rows) return;
   const int t = blockIdx.y, nb = cols / 32;
-  const int64_t row_bytes = cols / 2;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
-  float acc[4] = {};
-  for (int b = lane; b < nb; b += 32) {
-    const int4 x0 = x4[2 * b], x1 = x4[2 * b + 1];
-    const float2 s = ds[b];
+  float acc[2][kRows] = {};
+  const uint8_t* q[2] = {gq, uq};
+  const __half* dd[2] = {gd, ud};
+  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = row0 + r;
-      if (row < rows) {
-        acc[r] += block_term<false>(gq + row * row_bytes, gd + row * nb, b, x0, x1, s);
-        acc[2 + r] += block_term<false>(uq + row * row_bytes, ud + row * nb, b, x0, x1, s);
-      }
+  for (int r = 0; r < kRows; ++r) {
+    const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
+    if (lane == 0 && row0 + r < rows) {
+      g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
     }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float vg = warp_sum(acc[r]), vu = warp_sum(acc[2 + r]);
-    if (lane == 0 && row0 + r < rows) g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
   }
 }
 
@@ -217,16 +274,15 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s) {
   if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
-    const int64_t rows_per_block = kWarps * kRowsPerWarp;
+    constexpr int kRows = 2;
+    const int64_t rows_per_block = kQWarps * kRows;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
     if (w.type == WType::kQ4_0) {
-      matvec_q_kernel<false><<<grid, kWarps * 32, 0, s>>>(w.qs, w.d, w.rows,
-                                                          static_cast<int>(w.cols), xq.q, xq.ds,
-                                                          y, cap);
+      matvec_q_kernel<false, kRows, 4><<<grid, kQWarps * 32, 0, s>>>(
+          w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
     } else {
-      matvec_q_kernel<true><<<grid, kWarps * 32, 0, s>>>(w.qs, w.d, w.rows,
-                                                         static_cast<int>(w.cols), xq.q, xq.ds,
-                                                         y, cap);
+      matvec_q_kernel<true, kRows, 2><<<grid, kQWarps * 32, 0, s>>>(
+          w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
     }
   } else {
     const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
@@ -237,10 +293,11 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
 
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s) {
-  const int64_t rows_per_block = kWarps * 2;
+  constexpr int kRows = 2;
+  const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  matvec_gated_kernel<<<grid, kWarps * 32, 0, s>>>(gate.qs, gate.d, up.qs, up.d, gate.rows,
-                                                   static_cast<int>(gate.cols), xq.q, xq.ds, g);
+  matvec_gated_kernel<kRows, 2><<<grid, kQWarps * 32, 0, s>>>(
+      gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
   GEM_CUDA_LAUNCHED();
 }
 
