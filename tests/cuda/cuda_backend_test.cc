@@ -146,6 +146,19 @@ TEST(CudaBackend, GreedyDecodeMatchesCpu) {
       const auto dev = p.gpu->sample(greedy, history, 0.5);
       ASSERT_TRUE(dev.has_value());
       EXPECT_EQ(*dev, sample_token(g, greedy, history, 0.5));
+      // So does the device's top-k chain (default parameters plus penalties and min-p); top-k
+      // off is left to the host.
+      SamplingParams chain;
+      chain.temperature = 0.8f;
+      chain.min_p = 0.02f;
+      chain.repeat_penalty = 1.1f;
+      const double coin = (step * 0.6180339887) - std::floor(step * 0.6180339887);
+      const auto drawn = p.gpu->sample(chain, history, coin);
+      ASSERT_TRUE(drawn.has_value());
+      EXPECT_EQ(*drawn, sample_token(g, chain, history, coin)) << "step " << step;
+      SamplingParams no_top_k = chain;
+      no_top_k.top_k = 0;
+      EXPECT_FALSE(p.gpu->sample(no_top_k, history, coin).has_value());
       const int32_t next = argmax(c);
       history.push_back(next);
       const int32_t one[] = {next};

@@ -588,9 +588,11 @@ std::span<const float> CudaBackend::logits(int row) {
 
 std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
                                            std::span<const int32_t> history, double coin) {
-  (void)coin;
-  if (params.temperature > 0.0f || logits_rows_ == 0) return std::nullopt;
-  // Greedy, with the penalties over the last repeat_last_n history tokens.
+  if (logits_rows_ == 0) return std::nullopt;
+  const bool greedy = params.temperature <= 0.0f;
+  // Sampling with top-k on the device; no top-k (the whole vocabulary sorted) on the host.
+  if (!greedy && (params.top_k < 1 || params.top_k > cuda::kMaxTopK)) return std::nullopt;
+  // Penalties over the last repeat_last_n history tokens.
   const bool any = params.repeat_penalty != 1.0f || params.frequency_penalty != 0.0f ||
                    params.presence_penalty != 0.0f;
   size_t n_hist = 0;
@@ -609,7 +611,12 @@ std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
   }
   cuda::PenaltyArgs pen{hist_dev_, static_cast<int>(n_hist), params.repeat_penalty,
                         params.presence_penalty, params.frequency_penalty};
-  cuda::argmax_penalized(logits, cfg_.n_vocab, pen, sample_out_dev_, sample_scratch_, stream_);
+  if (greedy) {
+    cuda::argmax_penalized(logits, cfg_.n_vocab, pen, sample_out_dev_, sample_scratch_, stream_);
+  } else {
+    const cuda::DrawArgs draw{params.top_k, params.top_p, params.min_p, params.temperature, coin};
+    cuda::sample_top_k(logits, cfg_.n_vocab, pen, draw, sample_out_dev_, sample_scratch_, stream_);
+  }
   GEM_CUDA_CHECK(cudaMemcpyAsync(pinned_small_, sample_out_dev_, sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream_));
   GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -131,4 +131,18 @@ void argmax_penalized(const float* logits, int n_vocab, const PenaltyArgs& pen, 
                       float* scratch, cudaStream_t s);
 int argmax_scratch_floats(int n_vocab);
 
+// The host sampler's chain (sampler/sampler.cc: penalties, top-k, top-p, min-p, temperature,
+// one draw with `coin`) on the device, for 1 <= top_k <= kMaxTopK and temperature > 0. Same
+// scratch as argmax_penalized. out: one int32 (-1 if there is no candidate).
+constexpr int kMaxTopK = 256;
+struct DrawArgs {
+  int top_k;
+  float top_p;
+  float min_p;
+  float temperature;
+  double coin;
+};
+void sample_top_k(const float* logits, int n_vocab, const PenaltyArgs& pen, const DrawArgs& d,
+                  int32_t* out, float* scratch, cudaStream_t s);
+
 }  // namespace gem::cuda

@@ -1,9 +1,12 @@
 // Token choice on the device, so a decode step moves 4 bytes to the host instead of the
 // logits: llama.cpp's penalties (as sampler/sampler.cc applies them) on a copy of the logits,
-// then the arg-max (lowest id on ties).
+// then the arg-max (lowest id on ties), or the host sampler's chain for top-k <= 256: top-k by
+// rounds of 1024-wide block sorts, then top-p, min-p, temperature and the draw in the order and
+// precision of sampler/sampler.cc.
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <climits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -102,7 +105,138 @@ __global__ void argmax_final_kernel(const float* pen_x, PenaltyArgs pen, const f
   if (threadIdx.x == 0) *out = ri;
 }
 
+constexpr int kSortWidth = 1024;  // candidates one block sorts in shared memory
+
+// (v, id) is ahead of (v2, id2) in the sampler's order: larger logit, then lower id.
+__device__ __forceinline__ bool ahead(float v, int id, float v2, int id2) {
+  return v > v2 || (v == v2 && id < id2);
+}
+
+// Each block sorts its kSortWidth inputs (ids implicit = index when in_id is null) by the
+// sampler's order (bitonic, in shared memory) and keeps the first k, at out[blockIdx.x·k]. With
+// a single block and `draw` set, thread 0 then runs the rest of the chain on the k survivors.
+__global__ void __launch_bounds__(kSortWidth / 2)
+    topk_round_kernel(const float* in_v, const int* in_id, int n, int k, float* out_v,
+                      int* out_id, bool draw, DrawArgs d, int32_t* out) {
+  __shared__ float sv[kSortWidth];
+  __shared__ int si[kSortWidth];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kSortWidth;
+  for (int i = threadIdx.x; i < kSortWidth; i += blockDim.x) {
+    const int64_t j = base + i;
+    sv[i] = j < n ? in_v[j] : -FLT_MAX;
+    si[i] = j < n ? (in_id ? in_id[j] : static_cast<int>(j)) : INT_MAX;
+    if (j < n && sv[i] != sv[i]) sv[i] = -FLT_MAX;  // NaN sorts last
+  }
+  for (int size = 2; size <= kSortWidth; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int t = threadIdx.x; t < kSortWidth / 2; t += blockDim.x) {
+        const int i = 2 * t - (t & (stride - 1));
+        const int j = i + stride;
+        // Blocks with (i & size) == 0 end up in the sampler's order, the others reversed.
+        const bool swap = (i & size) == 0 ? ahead(sv[j], si[j], sv[i], si[i])
+                                          : ahead(sv[i], si[i], sv[j], si[j]);
+        if (swap) {
+          const float tv = sv[i];
+          sv[i] = sv[j];
+          sv[j] = tv;
+          const int ti = si[i];
+          si[i] = si[j];
+          si[j] = ti;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const int64_t valid = n - base < kSortWidth ? n - base : kSortWidth;
+  const int keep = static_cast<int>(valid < k ? valid : k);
+  if (!draw) {
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+      out_v[static_cast<int64_t>(blockIdx.x) * k + i] = i < keep ? sv[i] : -FLT_MAX;
+      out_id[static_cast<int64_t>(blockIdx.x) * k + i] = i < keep ? si[i] : INT_MAX;
+    }
+    return;
+  }
+  if (threadIdx.x != 0) return;
+  // sampler.cc's sampling_distribution + sample_token, serially in the same order and types.
+  int m = 0;
+  while (m < keep && si[m] != INT_MAX) ++m;  // padding from earlier rounds
+  if (m == 0) {
+    *out = -1;
+    return;
+  }
+  const double top = sv[0];
+  if (d.top_p < 1.0f) {
+    double sum = 0.0;
+    for (int i = 0; i < m; ++i) sum += exp(static_cast<double>(sv[i]) - top);
+    double cum = 0.0;
+    int cut = 0;
+    while (cut < m) {
+      cum += exp(static_cast<double>(sv[cut]) - top) / sum;
+      ++cut;
+      if (cum >= d.top_p) break;
+    }
+    m = cut > 1 ? cut : 1;
+  }
+  if (d.min_p > 0.0f) {
+    const double floor = top + static_cast<double>(logf(d.min_p));  // std::log(float) there
+    int cut = 1;
+    while (cut < m && static_cast<double>(sv[cut]) >= floor) ++cut;
+    m = cut;
+  }
+  const double inv_temp = 1.0 / static_cast<double>(d.temperature);
+  double sum = 0.0;
+  for (int i = 0; i < m; ++i) sum += exp((static_cast<double>(sv[i]) - top) * inv_temp);
+  double total = 0.0;
+  for (int i = 0; i < m; ++i) {
+    total += static_cast<double>(static_cast<float>(exp((static_cast<double>(sv[i]) - top) * inv_temp) / sum));
+  }
+  const double target = d.coin * total;
+  double cum = 0.0;
+  for (int i = 0; i < m; ++i) {
+    cum += static_cast<double>(static_cast<float>(exp((static_cast<double>(sv[i]) - top) * inv_temp) / sum));
+    if (target < cum) {
+      *out = si[i];
+      return;
+    }
+  }
+  *out = si[m - 1];
+}
+
+int cand_capacity(int n_vocab) { return (n_vocab + kSortWidth - 1) / kSortWidth * kMaxTopK; }
+
 }  // namespace
+
+void sample_top_k(const float* logits, int n_vocab, const PenaltyArgs& pen, const DrawArgs& d,
+                  int32_t* out, float* scratch, cudaStream_t s) {
+  float* pen_x = scratch + 2 * kArgmaxBlocks;  // [n_vocab]: the penalised copy of the logits
+  const int cap = cand_capacity(n_vocab);
+  float* cv[2] = {pen_x + n_vocab, pen_x + n_vocab + cap};
+  int* ci[2] = {reinterpret_cast<int*>(pen_x + n_vocab + 2 * cap),
+                reinterpret_cast<int*>(pen_x + n_vocab + 3 * cap)};
+  const float* in_v = logits;
+  if (pen.n_hist > 0) {
+    GEM_CUDA_CHECK(cudaMemcpyAsync(pen_x, logits, sizeof(float) * n_vocab,
+                                   cudaMemcpyDeviceToDevice, s));
+    penalize_kernel<<<1, kThreads, 0, s>>>(logits, pen, pen_x);
+    GEM_CUDA_LAUNCHED();
+    in_v = pen_x;
+  }
+  const int* in_id = nullptr;
+  int n = n_vocab, buf = 0;
+  for (;;) {
+    const int blocks = (n + kSortWidth - 1) / kSortWidth;
+    const bool last = blocks == 1;
+    topk_round_kernel<<<blocks, kSortWidth / 2, 0, s>>>(in_v, in_id, n, d.top_k, cv[buf], ci[buf],
+                                                        last, d, out);
+    GEM_CUDA_LAUNCHED();
+    if (last) return;
+    in_v = cv[buf];
+    in_id = ci[buf];
+    n = blocks * d.top_k;
+    buf ^= 1;
+  }
+}
 
 void argmax_penalized(const float* logits, int n_vocab, const PenaltyArgs& pen, int32_t* out,
                       float* scratch, cudaStream_t s) {
@@ -119,6 +253,8 @@ void argmax_penalized(const float* logits, int n_vocab, const PenaltyArgs& pen, 
   GEM_CUDA_LAUNCHED();
 }
 
-int argmax_scratch_floats(int n_vocab) { return 2 * kArgmaxBlocks + n_vocab; }
+int argmax_scratch_floats(int n_vocab) {
+  return 2 * kArgmaxBlocks + n_vocab + 4 * cand_capacity(n_vocab);
+}
 
 }  // namespace gem::cuda
