@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session for the CUDA backend (run from the repository root on the device):
-#   bench/cuda/h200_run.sh [all|test]
-# test: build, CUDA kernel + end-to-end tests on the tiny fixtures. all: also gem synth 12B/31B,
+#   bench/cuda/h200_run.sh [all|test|quick]
+# test: build, CUDA kernel + end-to-end tests on the tiny fixtures. quick: test, then the 12B's
+# decode figure (gem only). all: also gem synth 12B/31B,
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
@@ -75,6 +76,15 @@ log "backend tests"
 GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \
   --gtest_filter=-*Synthetic* 2>&1 | grep -vE "^gem info" | tail -120 > "$OUT/backend_test.txt"
 tail -8 "$OUT/backend_test.txt" | tee -a "$OUT/summary.txt"
+if [ "$mode" = quick ]; then
+  # A short device budget: one decode figure on the 12B, no llama.cpp.
+  log "synth 12b"
+  $GEM synth --profile 12b -q -o $M/g12b.gguf
+  log "gem bench 12b"
+  $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b.txt"
+  log done
+  exit 0
+fi
 [ "$mode" = all ] || exit 0
 
 for p in 12b 31b; do
