@@ -796,6 +796,9 @@ bool ids_equal(const json* a, const json* b) {
   return *a == *b;
 }
 
+// What thinking off appends to the generation prompt: an empty thought channel.
+constexpr std::string_view kEmptyThought = "<|channel>thought\n<channel|>";
+
 struct Rendered {
   std::string text;
   std::string prefix;  // what the generation prompt appended
@@ -975,13 +978,13 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
   if (opt.add_generation_prompt) {
     if (prev_type != "tool_response" && prev_type != "tool_call") {
       prefix = "<|turn>model\n";
-      if (!opt.enable_thinking) prefix += "<|channel>thought\n<channel|>";
+      if (!opt.enable_thinking) prefix += kEmptyThought;
     } else if (opt.reopen_model_turn && out.size() >= 8 &&
                out.compare(out.size() - 8, 8, "<turn|>\n") == 0) {
       // llama.cpp's fix (common_chat_params_init_gemma4): the template closed the model turn
       // (text after tool results) but opened no new one.
       prefix = "<|turn>model\n";
-      if (!opt.enable_thinking) prefix += "<|channel>thought\n<channel|>";
+      if (!opt.enable_thinking) prefix += kEmptyThought;
     }
   }
   out += prefix;
@@ -1001,6 +1004,12 @@ std::string generation_prefix(const nlohmann::json& messages, const RenderOption
   opt.add_generation_prompt = true;
   auto r = render_impl(messages, nlohmann::json(), opt);
   return r.ok() ? r->prefix : std::string();
+}
+
+size_t history_size(std::string_view rendered, const RenderOptions& options) {
+  if (!options.add_generation_prompt || options.enable_thinking) return rendered.size();
+  return rendered.ends_with(kEmptyThought) ? rendered.size() - kEmptyThought.size()
+                                           : rendered.size();
 }
 
 }  // namespace gem::chat

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -32,5 +33,11 @@ Result<std::string> render(const nlohmann::json& messages, const nlohmann::json&
 // conversation ends in a tool call/response and generation continues the same model turn.
 // "" too when the messages are invalid (render() reports why).
 std::string generation_prefix(const nlohmann::json& messages, const RenderOptions& options);
+
+// How much of render()'s text (rendered with `options`) is conversation that the next turn
+// renders again: all of it, except that with thinking off the generation prompt's empty thought
+// channel ("<|channel>thought\n<channel|>" after "<|turn>model\n") is left out, because a reply
+// added to the history renders without it. A server keeps this prefix cached across turns.
+size_t history_size(std::string_view rendered, const RenderOptions& options);
 
 }  // namespace gem::chat

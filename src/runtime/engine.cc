@@ -1,5 +1,6 @@
-// Engine::generate: prefix reuse against the cached prompt, tiled prefill with progress and
-// cancellation, the sampling loop, and the rollback to the request boundary afterwards.
+// Engine::generate: prefix reuse against the cached history, tiled prefill (history, checkpoint,
+// generation prompt) with progress and cancellation, the sampling loop, and the rollback to the
+// history boundary afterwards.
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -51,8 +52,37 @@ void Engine::clear_cache() {
   cached_logits_.clear();
 }
 
-Result<bool> Engine::prefill(const std::vector<int32_t>& prompt, const GenerateCallbacks& cb,
-                             GenerateResult& result) {
+Status Engine::eval_prompt(std::span<const int32_t> prompt, int from, int to,
+                           const GenerateCallbacks& cb) {
+  const int n = static_cast<int>(prompt.size());
+  const Timer timer;
+  int next_log = ((from / kProgressLogStep) + 1) * kProgressLogStep;
+  bool cancel_requested = false;
+  TileCallback on_tile = [&](int done, int /*total*/) {
+    const int done_all = from + done;
+    if (done_all >= next_log && done_all < n) {
+      const double secs = timer.seconds();
+      const double rate = secs > 0 ? (done_all - from) / secs : 0.0;
+      GEM_LOG_INFO("prompt: %d/%d tokens, %.1f tok/s, ETA %.1f s", done_all, n, rate,
+                   rate > 0 ? (n - done_all) / rate : 0.0);
+      next_log = (done_all / kProgressLogStep + 1) * kProgressLogStep;
+    }
+    if (cb.on_prompt_progress && !cb.on_prompt_progress(done_all, n)) {
+      cancel_requested = true;
+      return false;
+    }
+    return true;
+  };
+  Status st = backend_->eval(prompt.subspan(from, to - from), /*all_logits=*/false, on_tile);
+  if (cancel_requested && !is_cancel_status(st)) {
+    return errorf("cancelled after %d of %d prompt tokens", to, n);
+  }
+  return st;
+}
+
+Result<bool> Engine::prefill(const GenerateRequest& request, const GenerateCallbacks& cb,
+                             GenerateResult& result, std::span<const float>& logits) {
+  const std::vector<int32_t>& prompt = request.prompt;
   const int n = static_cast<int>(prompt.size());
   const bool identical = !cached_.empty() && !cached_logits_.empty() && prompt == cached_;
   const bool extends = !cached_.empty() && prompt.size() > cached_.size() &&
@@ -62,6 +92,7 @@ Result<bool> Engine::prefill(const std::vector<int32_t>& prompt, const GenerateC
     // its last-row logits are kept: nothing to evaluate.
     result.n_cached = n;
     if (cb.on_prompt_progress && !cb.on_prompt_progress(n, n)) return false;
+    logits = cached_logits_;
     return true;
   }
   int start = 0;
@@ -74,47 +105,52 @@ Result<bool> Engine::prefill(const std::vector<int32_t>& prompt, const GenerateC
     cached_.clear();
     cached_logits_.clear();
   }
+  // The history boundary: the checkpoint goes there, so it can be neither before what is
+  // already cached (the rings cannot be rewound past the open checkpoint) nor past the prompt.
+  int boundary = request.n_history < 0 ? n : std::clamp(request.n_history, 1, n);
+  boundary = std::max(boundary, start);
   result.n_cached = start;
   if (cb.on_prompt_progress && !cb.on_prompt_progress(start, n)) return false;
 
-  const Timer timer;
-  int next_log = ((start / kProgressLogStep) + 1) * kProgressLogStep;
-  bool cancel_requested = false;
-  TileCallback on_tile = [&](int done, int /*total*/) {
-    const int done_all = start + done;
-    if (done_all >= next_log && done_all < n) {
-      const double secs = timer.seconds();
-      const double rate = secs > 0 ? (done_all - start) / secs : 0.0;
-      GEM_LOG_INFO("prompt: %d/%d tokens, %.1f tok/s, ETA %.1f s", done_all, n, rate,
-                   rate > 0 ? (n - done_all) / rate : 0.0);
-      next_log = (done_all / kProgressLogStep + 1) * kProgressLogStep;
-    }
-    if (cb.on_prompt_progress && !cb.on_prompt_progress(done_all, n)) {
-      cancel_requested = true;
+  const std::span<const int32_t> tokens(prompt);
+  if (boundary > start) {
+    Status st = eval_prompt(tokens, start, boundary, cb);
+    if (is_cancel_status(st)) {
+      // Put the state back as if this request had never run.
+      if (extends) {
+        backend_->restore();
+      } else {
+        backend_->reset();
+      }
       return false;
     }
-    return true;
-  };
-  const std::span<const int32_t> suffix(prompt.data() + start, prompt.size() - start);
-  Status st = backend_->eval(suffix, /*all_logits=*/false, on_tile);
-  if (cancel_requested || is_cancel_status(st)) {
-    // Put the state back as if this request had never run.
-    if (extends) {
-      backend_->restore();
-    } else {
-      backend_->reset();
+    if (!st.ok()) {
+      clear_cache();
+      return st.with_context("prompt evaluation: ");
     }
+    backend_->checkpoint();
+    const std::span<const float> row = backend_->logits(-1);
+    cached_logits_.assign(row.begin(), row.end());
+    cached_.assign(prompt.begin(), prompt.begin() + boundary);
+    result.n_evaluated += boundary - start;
+  }
+  // Otherwise the cache already ends at the boundary, its checkpoint and logits in place.
+  if (boundary == n) {
+    logits = cached_logits_;
+    return true;
+  }
+  // The generation prompt, after the checkpoint: rolled back with the output afterwards.
+  Status st = eval_prompt(tokens, boundary, n, cb);
+  if (is_cancel_status(st)) {
+    backend_->restore();  // back to the boundary: the new history stays cached
     return false;
   }
   if (!st.ok()) {
     clear_cache();
     return st.with_context("prompt evaluation: ");
   }
-  backend_->checkpoint();
-  cached_ = prompt;
-  std::span<const float> logits = backend_->logits(-1);
-  cached_logits_.assign(logits.begin(), logits.end());
-  result.n_evaluated = n - start;
+  result.n_evaluated += n - boundary;
+  logits = backend_->logits(-1);
   return true;
 }
 
@@ -131,7 +167,8 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   }
 
   const Timer prompt_timer;
-  Result<bool> filled = prefill(request.prompt, cb, result);
+  std::span<const float> logits;
+  Result<bool> filled = prefill(request, cb, result, logits);
   result.prompt_seconds = prompt_timer.seconds();
   if (!filled.ok()) return filled.status();
   if (!*filled) {
@@ -143,7 +180,6 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   Rng rng(resolve_seed(request.sampling.seed));
   std::vector<int32_t> history = request.prompt;  // what the penalties look at
   std::vector<int32_t> generated;
-  std::span<const float> logits(cached_logits_);
   Status failure;
   for (;;) {
     if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
@@ -202,7 +238,8 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
     logits = request.constraint ? backend_->logits(-1) : std::span<const float>();
   }
   result.decode_seconds = decode_timer.seconds();
-  // Roll back to the request boundary: generated tokens never leak into the next request.
+  // Roll back to the history boundary: neither the generated tokens nor the generation prompt
+  // after the boundary leak into the next request.
   backend_->restore();
   if (!failure.ok()) {
     clear_cache();

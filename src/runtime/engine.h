@@ -1,9 +1,21 @@
 // The engine: one sequence, one request at a time, on one backend. Owns the prefix cache
 // (DESIGN.md Runtime): a new prompt reuses the cached state only when it strictly extends the
 // cached tokens (an identical prompt reuses the cached last-row logits); after each request the
-// state is rolled back to the request boundary (the end of its prompt) with Backend::restore(),
-// so nothing generated leaks into the next request. Cancellation (a callback returning false)
-// stops at the next prompt tile or token and restores the state as if the request had not run.
+// state is rolled back with Backend::restore() to the request's history boundary, so nothing
+// generated leaks into the next request.
+//
+// The history boundary (GenerateRequest::n_history) is where the conversation ends and the
+// generation prompt begins. It defaults to the end of the prompt. A chat request whose next turn
+// will not repeat its generation prompt sets it earlier: with thinking off Gemma 4 opens the reply
+// with an empty thought channel that the history renders without, so the follow-up prompt
+// diverges a few tokens before the end of this one and would otherwise start over. The engine
+// evaluates the prompt in two parts, takes the checkpoint at the boundary, and afterwards keeps
+// only the history (and its last-row logits) cached: any prompt extending the history reuses it,
+// and a regeneration re-evaluates just the generation prompt.
+//
+// Cancellation (a callback returning false) stops at the next prompt tile or token. In the history
+// part it restores the state as if the request had not run; in the generation prompt (after the
+// boundary's checkpoint) it leaves the new history cached, which a retry extends.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +42,10 @@ using Constraint = std::function<int32_t(std::span<float> logits,
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;  // the whole prompt, <bos> included
+  // Leading prompt tokens that are conversation history, kept cached after the request; the rest
+  // (the generation prompt) is evaluated after the checkpoint and rolled back with the output.
+  // -1 (or >= the prompt size): the whole prompt is kept.
+  int n_history = -1;
   SamplingParams sampling;
   int max_tokens = -1;          // -1: until end of generation or the context is full
   bool stop_at_eog = true;      // stop at <eos>, <turn|>, <|tool_response>
@@ -80,9 +96,11 @@ class Engine {
   Backend& backend() { return *backend_; }
   int n_ctx() const { return backend_->options().n_ctx; }
   bool is_eog(int32_t token) const;
-  // Tokens of the cached prompt (for tests and /slots-like introspection).
+  // Tokens held in the cache between requests: the last request's prompt up to its history
+  // boundary (for tests and /slots-like introspection).
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
-  // Logits of the cached prompt's last row (what its first generated token was drawn from).
+  // Logits of the cached tokens' last row (without a history boundary: what the last request's
+  // first generated token was drawn from).
   std::span<const float> prompt_logits() const { return cached_logits_; }
   void clear_cache();
 
@@ -90,15 +108,21 @@ class Engine {
   static constexpr int kProgressLogStep = 4096;
 
  private:
-  // Brings the backend to the state of `prompt` (reusing the cache when allowed) and leaves the
-  // last row's logits in cached_logits_. Returns false when cancelled.
-  Result<bool> prefill(const std::vector<int32_t>& prompt, const GenerateCallbacks& cb,
-                       GenerateResult& result);
+  // Brings the backend to the state of the request's prompt (reusing the cache when allowed)
+  // with the checkpoint at its history boundary (cached_ = the prompt up to it, cached_logits_ =
+  // their last row) and points `logits` at the prompt's last row (valid until the next eval).
+  // Returns false when cancelled.
+  Result<bool> prefill(const GenerateRequest& request, const GenerateCallbacks& cb,
+                       GenerateResult& result, std::span<const float>& logits);
+  // Evaluates prompt[from, to) on top of the cache, reporting progress over the whole prompt.
+  // A cancellation comes back as a status whose message starts with "cancelled".
+  Status eval_prompt(std::span<const int32_t> prompt, int from, int to,
+                     const GenerateCallbacks& cb);
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<int32_t> cached_;          // prompt of the last request, as held in the backend
+  std::vector<int32_t> cached_;          // the last prompt up to its history boundary, as held
   std::vector<float> cached_logits_;     // logits of its last row (an identical replay reuses them)
   std::vector<float> scratch_logits_;    // mutable copy for constraints
 };

@@ -56,18 +56,24 @@ Status ScriptedBackend::eval(std::span<const int32_t> tokens, bool /*all_logits*
       return errorf("cancelled after %d of %d prompt tokens", done, total);
     }
   }
+  if (total > 1) set_prompt_end(n_past());
   return ok_status();
+}
+
+void ScriptedBackend::set_prompt_end(int pos) {
+  prompt_end_ = pos;
+  continuation_valid_ = false;
 }
 
 std::span<const float> ScriptedBackend::logits(int /*row*/) {
   const int p = n_past();
   std::fill(logits_.begin(), logits_.end(), 0.0f);
-  if (checkpoint_ >= 0 && p >= checkpoint_ && script_) {
-    if (continuation_for_ != checkpoint_) {
-      continuation_ = script_(std::span<const int32_t>(tokens_.data(), checkpoint_));
-      continuation_for_ = checkpoint_;
+  if (checkpoint_ >= 0 && prompt_end_ >= 0 && p >= prompt_end_ && script_) {
+    if (!continuation_valid_) {
+      continuation_ = script_(std::span<const int32_t>(tokens_.data(), prompt_end_));
+      continuation_valid_ = true;
     }
-    const size_t k = static_cast<size_t>(p - checkpoint_);
+    const size_t k = static_cast<size_t>(p - prompt_end_);
     if (k < continuation_.size()) {
       const int32_t t = continuation_[k];
       if (t >= 0 && t < scripted_.n_vocab) logits_[static_cast<size_t>(t)] = 100.0f;
@@ -87,7 +93,10 @@ std::span<const float> ScriptedBackend::logits(int /*row*/) {
   return logits_;
 }
 
-void ScriptedBackend::checkpoint() { checkpoint_ = n_past(); }
+void ScriptedBackend::checkpoint() {
+  checkpoint_ = n_past();
+  set_prompt_end(checkpoint_);
+}
 
 void ScriptedBackend::restore() {
   if (checkpoint_ < 0) {
@@ -95,12 +104,13 @@ void ScriptedBackend::restore() {
     return;
   }
   tokens_.resize(static_cast<size_t>(std::min(checkpoint_, n_past())));
+  set_prompt_end(n_past());
 }
 
 void ScriptedBackend::reset() {
   tokens_.clear();
   checkpoint_ = -1;
-  continuation_for_ = -1;
+  set_prompt_end(-1);
   continuation_.clear();
 }
 

@@ -19,8 +19,8 @@
 
 namespace gem::runtime {
 
-// Returns the scripted continuation for a prompt (the tokens up to the request boundary), or an
-// empty vector to use history-hash logits instead.
+// Returns the scripted continuation for a prompt (the tokens before the first generated one), or
+// an empty vector to use history-hash logits instead.
 using ScriptFn = std::function<std::vector<int32_t>(std::span<const int32_t> prompt)>;
 
 struct ScriptedOptions {
@@ -51,10 +51,18 @@ class ScriptedBackend : public Backend {
   BackendOptions options_;
   ScriptedOptions scripted_;
   ScriptFn script_;
+  // Where the prompt ends, so the script plays from there. The engine may checkpoint inside the
+  // prompt (a history boundary) and evaluate the rest of it afterwards, so the prompt ends at the
+  // checkpoint or after the last eval of several tokens (decode steps evaluate one), whichever
+  // came last; restore() puts it back at the checkpoint. A one-token generation prompt after a history boundary therefore passes for a
+  // decode step (the script starts one token early); chat's thought channel has four.
+  void set_prompt_end(int pos);
+
   std::vector<int32_t> tokens_;     // the sequence held, position = index
   int checkpoint_ = -1;             // n_past at the last checkpoint(), -1 = none
-  std::vector<int32_t> continuation_;  // script chosen for tokens_[0..checkpoint_)
-  int continuation_for_ = -1;          // the checkpoint position it was chosen at
+  int prompt_end_ = -1;             // n_past where the current prompt ends (generation starts)
+  std::vector<int32_t> continuation_;  // script chosen for tokens_[0..prompt_end_)
+  bool continuation_valid_ = false;    // chosen for the current prompt_end_
   std::vector<float> logits_;
   int64_t n_evaluated_total_ = 0;
 };

@@ -242,6 +242,7 @@ struct Server::Job {
   Server* server = nullptr;
   ChatRequest req;
   std::vector<int32_t> prompt;
+  int n_history = -1;  // prompt tokens the engine keeps cached afterwards (engine.h)
   ResponseMeta meta;
   int fd = -1;
   uint64_t ticket = 0;
@@ -455,7 +456,21 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     send_error(res, bad_request("cannot format the conversation: " + text.message()));
     return;
   }
-  job->prompt = engine_->tokenizer().encode(*text, /*add_bos=*/true, /*parse_special=*/true);
+  // The conversation part and the rest are encoded apart (the rest starts with a special token,
+  // where the tokenizer cuts the text anyway), so the engine knows where the history ends: with
+  // thinking off the generation prompt's empty thought channel is not rendered back next turn,
+  // and only the history before it stays cached (engine.h).
+  const std::string_view rendered(*text);
+  const size_t history_bytes = chat::history_size(rendered, ro);
+  const Tokenizer& tok = engine_->tokenizer();
+  job->prompt = tok.encode(rendered.substr(0, history_bytes), /*add_bos=*/true,
+                           /*parse_special=*/true);
+  job->n_history = static_cast<int>(job->prompt.size());
+  if (history_bytes < rendered.size()) {
+    const std::vector<int32_t> rest =
+        tok.encode(rendered.substr(history_bytes), /*add_bos=*/false, /*parse_special=*/true);
+    job->prompt.insert(job->prompt.end(), rest.begin(), rest.end());
+  }
   const int n_prompt = static_cast<int>(job->prompt.size());
   if (n_prompt >= engine_->n_ctx()) {
     ApiError e = bad_request(strprintf("request (%d tokens) exceeds the available context size "
@@ -546,6 +561,7 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
 
   runtime::GenerateRequest greq;
   greq.prompt = job.prompt;
+  greq.n_history = job.n_history;
   greq.sampling = cr.sampling;
   greq.max_tokens = cr.max_tokens;
   if (!cr.tools.empty()) {

@@ -3,6 +3,8 @@
 // history-hash logits make every output depend on the whole sequence held, so a token that leaked
 // from an earlier request (or was lost) changes the output. The CPU backend on the tiny fixture
 // checks that an extended prompt evaluates only its new tokens and gives a cold run's logits.
+// A history boundary (thinking-off chat turns) keeps the conversation cached across turns whose
+// generation prompts the next history does not repeat.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,9 +43,10 @@ struct Outcome {
 };
 
 Outcome gen(Engine& e, const std::vector<int32_t>& prompt, int max_tokens = 12, uint64_t seed = 7,
-        float temperature = 0.8f) {
+        float temperature = 0.8f, int n_history = -1) {
   GenerateRequest req;
   req.prompt = prompt;
+  req.n_history = n_history;
   req.max_tokens = max_tokens;
   req.sampling.seed = seed;
   req.sampling.temperature = temperature;
@@ -214,6 +217,114 @@ TEST(Engine, ScriptStopsAtEndOfGenerationAndConstraintForces) {
   EXPECT_NE(got[1], 501);
 }
 
+// Thinking-off chat turns: P1 = H + G1 (G1 the generation prompt, here an empty thought
+// channel), then P2 = H + A + U + G2 where the history renders the answer A without G1. The
+// request marks H (and then H + A + U) as history, so the engine keeps exactly that cached.
+struct ChatTurns {
+  std::vector<int32_t> h, p1, p2;
+  int n_history2 = 0;
+};
+
+ChatTurns chat_turns(int n_h, int salt) {
+  const std::vector<int32_t> gen_prompt = {100, 101, 102, 103};  // differs from A's first token
+  ChatTurns t;
+  t.h = make_prompt(n_h, salt);
+  t.p1 = t.h;
+  t.p1.insert(t.p1.end(), gen_prompt.begin(), gen_prompt.end());
+  t.p2 = t.h;
+  for (int i = 0; i < 23; ++i) t.p2.push_back(600 + (i * 29 + salt) % 300);  // A, then U
+  t.n_history2 = static_cast<int>(t.p2.size());
+  t.p2.insert(t.p2.end(), gen_prompt.begin(), gen_prompt.end());
+  return t;
+}
+
+std::vector<int32_t> head(const std::vector<int32_t>& v, int n) {
+  return std::vector<int32_t>(v.begin(), v.begin() + n);
+}
+
+TEST(Engine, HistoryBoundaryKeepsTheConversationCachedAcrossTurns) {
+  auto warm = scripted_engine();
+  const ChatTurns t = chat_turns(40, 11);
+  const int n_h = static_cast<int>(t.h.size());
+  const Outcome first = gen(*warm, t.p1, 12, 7, 0.8f, n_h);
+  EXPECT_EQ(first.result.n_cached, 0);
+  EXPECT_EQ(first.result.n_evaluated, n_h + 4);
+  // Rolled back to the history boundary, not to the end of the prompt.
+  EXPECT_EQ(scripted(*warm).tokens(), t.h);
+  EXPECT_EQ(warm->cached_tokens(), t.h);
+  auto cold0 = scripted_engine();
+  EXPECT_EQ(first.tokens, gen(*cold0, t.p1).tokens);
+
+  const int64_t before = scripted(*warm).n_evaluated_total();
+  const Outcome second = gen(*warm, t.p2, 12, 7, 0.8f, t.n_history2);
+  EXPECT_EQ(second.result.n_cached, n_h);
+  EXPECT_EQ(second.result.n_prompt, static_cast<int>(t.p2.size()));
+  EXPECT_EQ(second.result.n_evaluated, static_cast<int>(t.p2.size()) - n_h);
+  EXPECT_EQ(scripted(*warm).n_evaluated_total() - before,
+            static_cast<int64_t>(t.p2.size()) - n_h + second.result.n_generated - 1);
+  auto cold = scripted_engine();
+  EXPECT_EQ(second.tokens, gen(*cold, t.p2).tokens);
+  EXPECT_EQ(scripted(*warm).tokens(), head(t.p2, t.n_history2));
+
+  // Regenerating the turn re-evaluates only the generation prompt and gives the same output.
+  const Outcome again = gen(*warm, t.p2, 12, 7, 0.8f, t.n_history2);
+  EXPECT_EQ(again.result.n_cached, t.n_history2);
+  EXPECT_EQ(again.result.n_evaluated, 4);
+  EXPECT_EQ(again.tokens, second.tokens);
+  // A prompt that is exactly the kept history replays its saved last-row logits.
+  const std::vector<int32_t> hist = head(t.p2, t.n_history2);
+  const Outcome exact = gen(*warm, hist, 12, 7, 0.8f, t.n_history2);
+  EXPECT_EQ(exact.result.n_cached, t.n_history2);
+  EXPECT_EQ(exact.result.n_evaluated, 0);
+  auto cold2 = scripted_engine();
+  EXPECT_EQ(exact.tokens, gen(*cold2, hist).tokens);
+  // Without a boundary the whole prompt stays cached, as before.
+  const Outcome whole = gen(*warm, t.p2);
+  EXPECT_EQ(whole.result.n_cached, t.n_history2);
+  EXPECT_EQ(scripted(*warm).tokens(), t.p2);
+  EXPECT_EQ(whole.tokens, second.tokens);
+}
+
+TEST(Engine, HistoryBoundaryCancellationKeepsAValidCache) {
+  const ChatTurns t = chat_turns(30, 12);
+  const int n_h = static_cast<int>(t.h.size());
+  for (int cancel_at : {1, 2}) {  // a tile of the history part, then the generation prompt
+    auto e = scripted_engine(512, 8);
+    gen(*e, t.p1, 12, 7, 0.8f, n_h);
+    GenerateRequest req;
+    req.prompt = t.p2;
+    req.n_history = t.n_history2;
+    int calls = 0;
+    std::vector<int> done_seen;
+    GenerateCallbacks cb;
+    cb.on_prompt_progress = [&](int done, int total) {
+      EXPECT_EQ(total, static_cast<int>(t.p2.size()));
+      done_seen.push_back(done);
+      // Reports: the cached part, 3 tiles of the 23 history tokens, then the generation prompt.
+      return calls++ < (cancel_at == 1 ? 1 : 4);
+    };
+    cb.on_token = [&](int32_t) {
+      ADD_FAILURE() << "a token after cancellation";
+      return true;
+    };
+    auto res = e->generate(req, cb);
+    ASSERT_TRUE(res.ok()) << res.message();
+    EXPECT_EQ(res->finish, FinishReason::kCancelledInPrompt);
+    ASSERT_FALSE(done_seen.empty());
+    EXPECT_EQ(done_seen.front(), n_h);
+    for (size_t i = 1; i < done_seen.size(); ++i) EXPECT_GT(done_seen[i], done_seen[i - 1]);
+    // In the history part: back to the previous boundary. In the generation prompt: the new
+    // history is complete and stays (nothing generated, nothing of the tail kept).
+    const std::vector<int32_t> kept = cancel_at == 1 ? t.h : head(t.p2, t.n_history2);
+    EXPECT_EQ(scripted(*e).tokens(), kept);
+    EXPECT_EQ(e->cached_tokens(), kept);
+    const Outcome after = gen(*e, t.p2, 12, 7, 0.8f, t.n_history2);
+    EXPECT_EQ(after.result.n_cached, static_cast<int>(kept.size()));
+    auto cold = scripted_engine(512, 8);
+    EXPECT_EQ(after.tokens, gen(*cold, t.p2).tokens);
+  }
+}
+
 // The real CPU backend on the tiny fixture: an extended prompt evaluates only its new tokens
 // and its last-row logits equal a cold run's; greedy continuations agree too.
 TEST(Engine, CpuBackendPrefixReuseMatchesColdRun) {
@@ -262,6 +373,85 @@ TEST(Engine, CpuBackendPrefixReuseMatchesColdRun) {
   const Outcome div = gen(*warm, p3, 6, 1, 0.0f);
   EXPECT_EQ(div.result.n_cached, 0);
   EXPECT_EQ(div.tokens, gen(*cold, p3, 6, 1, 0.0f).tokens);
+}
+
+// The CPU backend with a history boundary: the checkpoint sits inside the prompt, so the ring
+// slots written by the generation prompt and by a generation long enough to wrap every ring
+// (window 16) must all be put back. Every step's logits equal a cold run's.
+TEST(Engine, CpuBackendHistoryBoundaryMatchesColdRun) {
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  auto make = [&](std::unique_ptr<model::Model>* keep) {
+    auto m = model::load_model(path);
+    EXPECT_TRUE(m.ok()) << m.message();
+    BackendOptions bo;
+    bo.n_ctx = 256;
+    bo.n_tile = 16;
+    bo.n_threads = 2;
+    auto b = cpu::make_cpu_backend(**m, bo);
+    EXPECT_TRUE(b.ok()) << b.message();
+    *keep = std::move(*m);
+    return std::make_unique<Engine>(std::move(*b));
+  };
+  // Greedy, recording the logits row of every step (the constraint sees a copy of it).
+  auto run = [](Engine& e, const std::vector<int32_t>& prompt, int n_history,
+                std::vector<std::vector<float>>* rows) {
+    GenerateRequest req;
+    req.prompt = prompt;
+    req.n_history = n_history;
+    req.max_tokens = 24;
+    req.stop_at_eog = false;
+    req.sampling.temperature = 0.0f;
+    req.constraint = [rows](std::span<float> logits, std::span<const int32_t>) {
+      rows->emplace_back(logits.begin(), logits.end());
+      return -1;
+    };
+    Outcome r;
+    GenerateCallbacks cb;
+    cb.on_token = [&](int32_t tkn) {
+      r.tokens.push_back(tkn);
+      return true;
+    };
+    auto res = e.generate(req, cb);
+    EXPECT_TRUE(res.ok()) << res.message();
+    if (res.ok()) r.result = *res;
+    return r;
+  };
+  auto max_diff = [](const std::vector<std::vector<float>>& a,
+                     const std::vector<std::vector<float>>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double d = 0.0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      EXPECT_EQ(a[i].size(), b[i].size());
+      for (size_t j = 0; j < std::min(a[i].size(), b[i].size()); ++j) {
+        d = std::max(d, static_cast<double>(std::fabs(a[i][j] - b[i][j])));
+      }
+    }
+    return d;
+  };
+  std::unique_ptr<model::Model> m1, m2;
+  auto warm = make(&m1);
+  auto cold = make(&m2);
+  const ChatTurns t = chat_turns(70, 13);
+  const int n_h = static_cast<int>(t.h.size());
+  std::vector<std::vector<float>> w1, c1, w2, c2, w3;
+  const Outcome first = run(*warm, t.p1, n_h, &w1);
+  const Outcome first_cold = run(*cold, t.p1, -1, &c1);
+  EXPECT_EQ(first.tokens, first_cold.tokens);
+  EXPECT_LT(max_diff(w1, c1), 1e-3) << "first turn, warm vs cold logits";
+  const Outcome second = run(*warm, t.p2, t.n_history2, &w2);
+  EXPECT_EQ(second.result.n_cached, n_h);
+  EXPECT_EQ(second.result.n_evaluated, static_cast<int>(t.p2.size()) - n_h);
+  cold->clear_cache();
+  const Outcome second_cold = run(*cold, t.p2, -1, &c2);
+  EXPECT_EQ(second_cold.result.n_cached, 0);
+  EXPECT_EQ(second.tokens, second_cold.tokens);
+  EXPECT_LT(max_diff(w2, c2), 1e-3) << "second turn, warm vs cold logits";
+  // Regenerating: only the generation prompt is evaluated again, the same logits come out.
+  const Outcome again = run(*warm, t.p2, t.n_history2, &w3);
+  EXPECT_EQ(again.result.n_evaluated, 4);
+  EXPECT_EQ(again.tokens, second_cold.tokens);
+  EXPECT_LT(max_diff(w3, c2), 1e-3) << "regenerated turn, warm vs cold logits";
 }
 
 }  // namespace

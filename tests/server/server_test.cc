@@ -1,6 +1,7 @@
 // The HTTP server end to end (in process, scripted backend): routes, the SSE shape, tool calls,
 // non-streamed answers, prefix reuse through the chat format, errors, the API key, the queue,
-// prompt progress, heartbeats, and disconnects at random points.
+// a thinking-off follow-up reusing the conversation, prompt progress, heartbeats, and disconnects
+// at random points.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <random>
 
+#include "chat/chat.h"
 #include "server/server_harness.h"
 
 namespace gem::test {
@@ -211,6 +213,68 @@ TEST(Server, ToolCallRoundTripWithPrefixReuse) {
   // The second prompt strictly extends the first, so all of it was reused.
   EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], first_prompt);
   EXPECT_GT(usage["prompt_tokens"].get<int>(), first_prompt);
+}
+
+// Thinking off: the generation prompt ends with an empty thought channel that the next turn's
+// history does not render back, so the follow-up prompt diverges a few tokens before the end of
+// the first one. The server keeps the conversation's stable prefix cached (everything but that
+// channel), so the second turn and a regeneration reuse it instead of starting over.
+TEST(Server, ThinkingOffFollowUpReusesTheConversation) {
+  TestServer ts;
+  auto c = ts.client();
+  const Tokenizer& tok = ts.server().engine()->tokenizer();
+  const int n_channel = static_cast<int>(
+      tok.encode("<|channel>thought\n<channel|>", /*add_bos=*/false, /*parse_special=*/true).size());
+  ASSERT_GT(n_channel, 0);
+  json messages = user_msgs("Count please");
+  json body = {{"messages", messages}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  int status = 0;
+  json r1 = post_json(c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << r1;
+  const std::string answer = r1["choices"][0]["message"]["content"];
+  EXPECT_EQ(answer, "one two three four five six seven eight nine ten");
+  const int first_prompt = r1["usage"]["prompt_tokens"];
+  EXPECT_EQ(r1["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  messages.push_back({{"role", "assistant"}, {"content", answer}});
+  messages.push_back({{"role", "user"}, {"content", "Count again"}});
+  body["messages"] = messages;
+  json r2 = post_json(c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << r2;
+  EXPECT_EQ(r2["choices"][0]["message"]["content"], answer);
+  const int second_prompt = r2["usage"]["prompt_tokens"];
+  EXPECT_GT(second_prompt, first_prompt);
+  // Everything of the first prompt but its empty thought channel came from the cache.
+  EXPECT_EQ(r2["usage"]["prompt_tokens_details"]["cached_tokens"], first_prompt - n_channel);
+  EXPECT_EQ(r2["timings"]["cache_n"], first_prompt - n_channel);
+
+  // The backend holds the second conversation's stable prefix: its tokens, as the chat layer
+  // renders and the tokenizer encodes them without the generation prompt's thought channel.
+  chat::RenderOptions ro;
+  ro.enable_thinking = false;
+  ro.emit_bos_text = false;
+  ro.reopen_model_turn = true;
+  Result<std::string> text = chat::render(messages, json(), ro);
+  ASSERT_TRUE(text.ok()) << text.message();
+  const std::string suffix = "<|channel>thought\n<channel|>";
+  ASSERT_EQ(text->substr(text->size() - suffix.size()), suffix);
+  const std::vector<int32_t> full = tok.encode(*text, true, true);
+  const std::vector<int32_t> stable =
+      tok.encode(std::string_view(*text).substr(0, text->size() - suffix.size()), true, true);
+  EXPECT_EQ(static_cast<int>(full.size()), second_prompt);
+  // Encoding the history and the channel apart gives the whole text's tokens.
+  std::vector<int32_t> joined = stable;
+  const std::vector<int32_t> channel = tok.encode(suffix, false, true);
+  joined.insert(joined.end(), channel.begin(), channel.end());
+  EXPECT_EQ(joined, full);
+  EXPECT_EQ(ts.backend().tokens(), stable);
+
+  // A regeneration of the same turn re-evaluates only the thought channel.
+  json r3 = post_json(c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << r3;
+  EXPECT_EQ(r3["choices"][0]["message"]["content"], answer);
+  EXPECT_EQ(r3["usage"]["prompt_tokens_details"]["cached_tokens"], second_prompt - n_channel);
+  EXPECT_EQ(ts.backend().tokens(), stable);
 }
 
 TEST(Server, NonStreamedCompletion) {
