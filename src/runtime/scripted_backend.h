@@ -54,8 +54,9 @@ class ScriptedBackend : public Backend {
   // Where the prompt ends, so the script plays from there. The engine may checkpoint inside the
   // prompt (a history boundary) and evaluate the rest of it afterwards, so the prompt ends at the
   // checkpoint or after the last eval of several tokens (decode steps evaluate one), whichever
-  // came last; restore() puts it back at the checkpoint. A one-token generation prompt after a history boundary therefore passes for a
-  // decode step (the script starts one token early); chat's thought channel has four.
+  // came last; restore() puts it back at the checkpoint. A one-token generation prompt after a
+  // history boundary therefore passes for a decode step (the script starts one token early);
+  // chat's thought channel has four.
   void set_prompt_end(int pos);
 
   std::vector<int32_t> tokens_;     // the sequence held, position = index

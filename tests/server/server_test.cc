@@ -223,8 +223,8 @@ TEST(Server, ThinkingOffFollowUpReusesTheConversation) {
   TestServer ts;
   auto c = ts.client();
   const Tokenizer& tok = ts.server().engine()->tokenizer();
-  const int n_channel = static_cast<int>(
-      tok.encode("<|channel>thought\n<channel|>", /*add_bos=*/false, /*parse_special=*/true).size());
+  const std::string suffix = "<|channel>thought\n<channel|>";
+  const int n_channel = static_cast<int>(tok.encode(suffix, false, true).size());
   ASSERT_GT(n_channel, 0);
   json messages = user_msgs("Count please");
   json body = {{"messages", messages}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
@@ -256,7 +256,6 @@ TEST(Server, ThinkingOffFollowUpReusesTheConversation) {
   ro.reopen_model_turn = true;
   Result<std::string> text = chat::render(messages, json(), ro);
   ASSERT_TRUE(text.ok()) << text.message();
-  const std::string suffix = "<|channel>thought\n<channel|>";
   ASSERT_EQ(text->substr(text->size() - suffix.size()), suffix);
   const std::vector<int32_t> full = tok.encode(*text, true, true);
   const std::vector<int32_t> stable =
