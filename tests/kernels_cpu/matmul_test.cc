@@ -176,10 +176,19 @@ std::string describe(const Case& c, uint64_t seed, int threads, const char* path
 // and small ones; rows 1, 3, 127, 256, and 5, 19, 37 (not multiples of the 2/4-row tiles or
 // the 16-row work unit); tokens 1, 2, 7 (a 4-token tile plus 3), 64 (more than one token chunk
 // at 5376 cols, and the token-split path when rows < threads).
+// 32-value blocks also get odd block counts (the AVX2 Q4_0 tile works on block pairs and has a
+// separate last-block path) with 1..9 tokens (every tile width and remainder) and odd rows.
 std::vector<Case> cases_for(DType t) {
-  return {{t, 1, 256, 1},   {t, 3, 512, 2},    {t, 127, 256, 7}, {t, 256, 512, 64},
-          {t, 37, 3840, 7}, {t, 19, 5376, 2},  {t, 256, 3840, 1}, {t, 127, 512, 64},
-          {t, 5, 5376, 64}, {t, 3, 256, 64}};
+  std::vector<Case> cases = {{t, 1, 256, 1},   {t, 3, 512, 2},    {t, 127, 256, 7}, {t, 256, 512, 64},
+                             {t, 37, 3840, 7}, {t, 19, 5376, 2},  {t, 256, 3840, 1}, {t, 127, 512, 64},
+                             {t, 5, 5376, 64}, {t, 3, 256, 64}};
+  if (t != DType::kQ6_K) {
+    for (int n = 1; n <= 9; ++n) cases.push_back({t, 5 + 2 * n, 32 * (2 * n + 1), n});
+    cases.push_back({t, 3, 32, 1});
+    cases.push_back({t, 33, 1056, 13});
+    cases.push_back({t, 40, 3872, 66});
+  }
+  return cases;
 }
 
 class MatmulTest : public ::testing::TestWithParam<DType> {};

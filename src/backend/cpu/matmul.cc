@@ -104,6 +104,7 @@ struct XBuffers {
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int16_t> bsums;
+  std::vector<detail::Q4PairX> pairs;
 };
 thread_local XBuffers t_xbuf;
 
@@ -114,6 +115,23 @@ void quantize_token(DType wt, const float* x, int64_t cols, int8_t* qs, float* d
     }
   } else {
     for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32(x + 32 * b, qs + 32 * b);
+  }
+}
+
+// One token's Q4_0 pair records (simd_kernels.h) from its rounded blocks.
+void build_q4_pairs(const int8_t* qs, const float* d, int64_t n_blocks, detail::Q4PairX* out) {
+  for (int64_t p = 0; p < (n_blocks + 1) / 2; ++p) {
+    detail::Q4PairX& r = out[p];
+    std::memset(&r, 0, sizeof(r));
+    for (int64_t h = 0; h < 2 && 2 * p + h < n_blocks; ++h) {
+      const int64_t b = 2 * p + h;
+      std::memcpy(r.lo + 16 * h, qs + 32 * b, 16);
+      std::memcpy(r.hi + 16 * h, qs + 32 * b + 16, 16);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += qs[32 * b + j];
+      r.corr[4 * h] = 8 * sum;
+      for (int j = 0; j < 4; ++j) r.d[4 * h + j] = d[b];
+    }
   }
 }
 
@@ -132,13 +150,23 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
   if (buf.qs.size() < n * cols) buf.qs.resize(n * cols);
   if (buf.d.size() < n * q.n_blocks) buf.d.resize(n * q.n_blocks);
   if (buf.bsums.size() < n * (cols / 16)) buf.bsums.resize(n * (cols / 16));
+#ifdef GEM_CPU_AVX2
+  // Only the AVX2 Q4_0 tile reads the pair records.
+  const bool pairs = wt == DType::kQ4_0;
+#else
+  const bool pairs = false;
+#endif
+  const int64_t np = pairs ? (q.n_blocks + 1) / 2 : 0;
+  if (buf.pairs.size() < n * np) buf.pairs.resize(n * np);
   int8_t* qs = buf.qs.data();
   float* d = buf.d.data();
   int16_t* bs = buf.bsums.data();
+  detail::Q4PairX* pr = buf.pairs.data();
   const int64_t nb = q.n_blocks;
   auto rows = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       quantize_token(wt, x + t * cols, cols, qs + t * cols, d + t * nb, bs + t * (cols / 16));
+      if (pairs) build_q4_pairs(qs + t * cols, d + t * nb, nb, pr + t * np);
     }
   };
   // One token of a few thousand values takes a few microseconds: not worth waking the pool.
@@ -150,6 +178,10 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
   q.qs = qs;
   q.d = d;
   q.bsums = bs;
+  if (pairs) {
+    q.q4_pairs = pr;
+    q.n_pairs = np;
+  }
   return q;
 }
 
@@ -247,9 +279,12 @@ void run_matmul(const model::TensorView& w, const float* x, int n_tokens, float*
   if (n_tokens == 0 || w.rows == 0) return;
   const QuantizedX qx = quantize_x(w.type, x, w.cols, n_tokens, pool);
   const int64_t rows = w.rows;
-  const int64_t x_bytes_per_token = w.type == DType::kF32 ? 4 * w.cols : w.cols;
+  // Q4_0 under AVX2 reads the pair records (2 bytes per value) instead of qs.
+  const int64_t x_bytes_per_token =
+      w.type == DType::kF32 ? 4 * w.cols : (qx.q4_pairs != nullptr ? 2 * w.cols : w.cols);
+  // A multiple of 4 tokens, so that every chunk but the last runs the tiles' full 4-token width.
   const int chunk = static_cast<int>(
-      std::clamp<int64_t>(kXChunkBytes / std::max<int64_t>(1, x_bytes_per_token), 4, 64));
+      std::clamp<int64_t>(kXChunkBytes / std::max<int64_t>(1, x_bytes_per_token), 4, 64) / 4 * 4);
   const int64_t n_units = (rows + kRowUnit - 1) / kRowUnit;
   if (n_units >= pool.size() || n_tokens < 2 * pool.size()) {
     // Split rows: every thread streams its own share of the weights once per token chunk.

@@ -15,6 +15,19 @@
 
 namespace gem::cpu::detail {
 
+// Blocks b = 2p and b + 1 of one token, laid out for a 32-byte register that holds the 16
+// nibble bytes of weight block b in its low lane and those of block b + 1 in its high lane:
+// lo pairs with the low nibbles (elements 0..15), hi with the high nibbles (16..31). corr is
+// 8·Σ q over a block (lane 0: block b, lane 4: block b + 1, other lanes 0), so that
+// Σ (nib - 8)·q = Σ nib·q - corr exactly. d is d_x per lane. When n_blocks is odd, the last
+// record's block b + 1 is all zeros (q, corr and d).
+struct alignas(32) Q4PairX {
+  int8_t lo[32];    // q_b[0..15], q_b+1[0..15]
+  int8_t hi[32];    // q_b[16..31], q_b+1[16..31]
+  int32_t corr[8];  // 8·Σq_b, 0, 0, 0, 8·Σq_b+1, 0, 0, 0
+  float d[8];       // d_b ×4, d_b+1 ×4
+};
+
 // x after the fast path's rounding (see matmul.h), n_tokens rows of `cols`.
 //   F32 weights:        only xf is set.
 //   Q4_0/Q8_0 weights:  qs [n_tokens, cols] int8; d [n_tokens, cols/32] f32 (fp16-rounded).
@@ -27,6 +40,10 @@ struct QuantizedX {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
   const int16_t* bsums = nullptr;
+  // Q4_0 weights (built where GEM_CPU_AVX2): the same rounded x once more, as block-pair
+  // records for the AVX2 tile, [n_tokens][n_pairs] with n_pairs = ceil(n_blocks / 2).
+  const Q4PairX* q4_pairs = nullptr;
+  int64_t n_pairs = 0;
 };
 
 // y[t * ldy + r] = (W x_t)[r] for rows r in [r0, r1) and tokens t in [t0, t1).
