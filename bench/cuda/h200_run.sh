@@ -82,6 +82,10 @@ if [ "$mode" = quick ]; then
   $GEM synth --profile 12b -q -o $M/g12b.gguf
   log "gem bench 12b"
   $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b.txt"
+  log "synthetic 12B vs CPU"
+  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
+    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
+  tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
   log done
   exit 0
 fi
