@@ -55,11 +55,15 @@ inline __m256i dot32(__m256i abs_w, __m256i w, __m256i q) {
 // ---- Q4_0 / Q8_0 (32-value blocks) ----
 
 // Decode (one token) streams one weight row at a time (the rows of a matrix are contiguous, so
-// that is one long sequential stream) and prefetches this far ahead: measured from DRAM on the
-// 12B's shapes, one row with a 2 KiB prefetch beat 2 or 4 interleaved rows with or without
-// prefetch (Q4_0 ffn_gate/up 1 thread: 3.0 ms vs 4.2-6.1 ms; Q8_0 15360×3840 2 threads:
-// 3.7-4.2 ms vs 6.4 ms for the former 4-row tile).
-constexpr int64_t kDecodePrefetchBytes = 2048;
+// that is one long sequential stream) and prefetches this far ahead, non-temporally (every
+// weight byte is read once per token): measured from DRAM on the 12B's shapes, one row with a
+// software prefetch beat 2 or 4 interleaved rows with or without one (Q4_0 ffn_gate/up, 1
+// thread: 3.0 ms vs 4.2-6.1 ms), and NTA 3-8 KiB ahead beat T0 2 KiB by ~7% with 2 threads
+// (bench/results/backend_cpu.md).
+constexpr int64_t kDecodePrefetchBytes = 4096;
+inline void prefetch_weights(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p + kDecodePrefetchBytes), _MM_HINT_NTA);
+}
 
 template <bool kQ4, int R, int T>
 inline void micro_q32(const model::TensorView& w, const QuantizedX& x, int64_t r, int t, float* y,
@@ -83,7 +87,7 @@ inline void micro_q32(const model::TensorView& w, const QuantizedX& x, int64_t r
     for (int i = 0; i < R; ++i) {
       const uint8_t* blk = wr[i] + b * kBlockBytes;
       if constexpr (T == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kDecodePrefetchBytes), _MM_HINT_T0);
+        prefetch_weights(blk);
       }
       const float dw = load_half(blk);
       const __m256i wv = kQ4 ? unpack_q4_0(blk + 2) : loadu256(blk + 2);
@@ -162,7 +166,7 @@ inline void micro_q4_pairs(const model::TensorView& w, const QuantizedX& x, int6
     for (int i = 0; i < R; ++i) {
       const uint8_t* pair = wr[i] + p * kPairBytes;
       if constexpr (T == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(pair + kDecodePrefetchBytes), _MM_HINT_T0);
+        prefetch_weights(pair);
       }
       const Q4Pair wp = load_q4_pair<false>(pair);
       for (int j = 0; j < T; ++j) acc[i][j] = q4_pair_dot(wp, xp[j][p], acc[i][j]);
