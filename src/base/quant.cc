@@ -9,38 +9,51 @@
 
 namespace gem {
 
+// Blocks are copied out before use: a GGUF with a small general.alignment may place a tensor
+// at an odd offset, where the block structs (2-byte aligned for their fp16 scale) cannot be
+// accessed in place.
+namespace {
+template <typename Block>
+Block load_block(const void* blocks, int64_t i) {
+  Block b;
+  std::memcpy(&b, static_cast<const uint8_t*>(blocks) + i * static_cast<int64_t>(sizeof(Block)),
+              sizeof(Block));
+  return b;
+}
+}  // namespace
+
 void dequantize_row_q4_0(const void* blocks, float* out, int64_t n) {
   GEM_CHECK(n % kQK4_0 == 0, "Q4_0 row of %lld values", static_cast<long long>(n));
-  const auto* b = static_cast<const BlockQ4_0*>(blocks);
   for (int64_t i = 0; i < n / kQK4_0; ++i, out += kQK4_0) {
-    const float d = fp16_to_f32(b[i].d);
+    const BlockQ4_0 b = load_block<BlockQ4_0>(blocks, i);
+    const float d = fp16_to_f32(b.d);
     for (int j = 0; j < 16; ++j) {
-      out[j] = d * static_cast<float>((b[i].qs[j] & 0x0F) - 8);
-      out[j + 16] = d * static_cast<float>((b[i].qs[j] >> 4) - 8);
+      out[j] = d * static_cast<float>((b.qs[j] & 0x0F) - 8);
+      out[j + 16] = d * static_cast<float>((b.qs[j] >> 4) - 8);
     }
   }
 }
 
 void dequantize_row_q8_0(const void* blocks, float* out, int64_t n) {
   GEM_CHECK(n % kQK8_0 == 0, "Q8_0 row of %lld values", static_cast<long long>(n));
-  const auto* b = static_cast<const BlockQ8_0*>(blocks);
   for (int64_t i = 0; i < n / kQK8_0; ++i, out += kQK8_0) {
-    const float d = fp16_to_f32(b[i].d);
-    for (int j = 0; j < kQK8_0; ++j) out[j] = d * static_cast<float>(b[i].qs[j]);
+    const BlockQ8_0 b = load_block<BlockQ8_0>(blocks, i);
+    const float d = fp16_to_f32(b.d);
+    for (int j = 0; j < kQK8_0; ++j) out[j] = d * static_cast<float>(b.qs[j]);
   }
 }
 
 void dequantize_row_q6_k(const void* blocks, float* out, int64_t n) {
   GEM_CHECK(n % kQK_K == 0, "Q6_K row of %lld values", static_cast<long long>(n));
-  const auto* b = static_cast<const BlockQ6_K*>(blocks);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = fp16_to_f32(b[i].d);
+    const BlockQ6_K b = load_block<BlockQ6_K>(blocks, i);
+    const float d = fp16_to_f32(b.d);
     // Two halves of 128 values; each ql byte holds two codes' low bits (l and l + 64), each qh
     // byte the high bits of four codes (l, l + 32, l + 64, l + 96).
     for (int h = 0; h < 2; ++h, out += 128) {
-      const uint8_t* ql = b[i].ql + 64 * h;
-      const uint8_t* qh = b[i].qh + 32 * h;
-      const int8_t* sc = b[i].scales + 8 * h;
+      const uint8_t* ql = b.ql + 64 * h;
+      const uint8_t* qh = b.qh + 32 * h;
+      const int8_t* sc = b.scales + 8 * h;
       for (int l = 0; l < 32; ++l) {
         const int s = l / 16;
         const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
