@@ -325,23 +325,28 @@ TEST(Engine, HistoryBoundaryCancellationKeepsAValidCache) {
   }
 }
 
+// An engine on the CPU backend over the model at `path` (context 256, tiles of 16, 2 threads);
+// *keep owns the model, which must outlive the engine.
+std::unique_ptr<Engine> make_cpu_engine(const std::string& path,
+                                        std::unique_ptr<model::Model>* keep) {
+  auto m = model::load_model(path);
+  EXPECT_TRUE(m.ok()) << m.message();
+  BackendOptions bo;
+  bo.n_ctx = 256;
+  bo.n_tile = 16;
+  bo.n_threads = 2;
+  auto b = cpu::make_cpu_backend(**m, bo);
+  EXPECT_TRUE(b.ok()) << b.message();
+  *keep = std::move(*m);
+  return std::make_unique<Engine>(std::move(*b));
+}
+
 // The real CPU backend on the tiny fixture: an extended prompt evaluates only its new tokens
 // and its last-row logits equal a cold run's; greedy continuations agree too.
 TEST(Engine, CpuBackendPrefixReuseMatchesColdRun) {
   const std::string path = test::fixture("tiny-q4_0.gguf");
   GEM_REQUIRE_FIXTURE(path);
-  auto make = [&](std::unique_ptr<model::Model>* keep) {
-    auto m = model::load_model(path);
-    EXPECT_TRUE(m.ok()) << m.message();
-    BackendOptions bo;
-    bo.n_ctx = 256;
-    bo.n_tile = 16;
-    bo.n_threads = 2;
-    auto b = cpu::make_cpu_backend(**m, bo);
-    EXPECT_TRUE(b.ok()) << b.message();
-    *keep = std::move(*m);
-    return std::make_unique<Engine>(std::move(*b));
-  };
+  auto make = [&](std::unique_ptr<model::Model>* keep) { return make_cpu_engine(path, keep); };
   std::unique_ptr<model::Model> m1, m2;
   auto warm = make(&m1);
   auto cold = make(&m2);
@@ -381,18 +386,7 @@ TEST(Engine, CpuBackendPrefixReuseMatchesColdRun) {
 TEST(Engine, CpuBackendHistoryBoundaryMatchesColdRun) {
   const std::string path = test::fixture("tiny-q4_0.gguf");
   GEM_REQUIRE_FIXTURE(path);
-  auto make = [&](std::unique_ptr<model::Model>* keep) {
-    auto m = model::load_model(path);
-    EXPECT_TRUE(m.ok()) << m.message();
-    BackendOptions bo;
-    bo.n_ctx = 256;
-    bo.n_tile = 16;
-    bo.n_threads = 2;
-    auto b = cpu::make_cpu_backend(**m, bo);
-    EXPECT_TRUE(b.ok()) << b.message();
-    *keep = std::move(*m);
-    return std::make_unique<Engine>(std::move(*b));
-  };
+  auto make = [&](std::unique_ptr<model::Model>* keep) { return make_cpu_engine(path, keep); };
   // Greedy, recording the logits row of every step (the constraint sees a copy of it).
   auto run = [](Engine& e, const std::vector<int32_t>& prompt, int n_history,
                 std::vector<std::vector<float>>* rows) {
