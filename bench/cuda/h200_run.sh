@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU-machine session for the CUDA backend (run from the repository root on the device):
-#   bench/cuda/h200_run.sh [all|test|quick]
+#   bench/cuda/h200_run.sh [all|test|quick|dev]
 # test: build, CUDA kernel + end-to-end tests on the tiny fixtures. quick: test, then the 12B's
-# decode figure (gem only). all: also gem synth 12B/31B,
+# decode figure (gem only). dev: the 12B's decode (PDL on/off), prefill, parity and an ncu
+# per-kernel profile of decode steps. all: also gem synth 12B/31B,
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
@@ -86,6 +87,30 @@ if [ "$mode" = quick ]; then
   env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
     build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
   tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
+  log done
+  exit 0
+fi
+if [ "$mode" = dev ]; then
+  # Development run: the 12B's figures with PDL on and off, prefill, the CPU parity check, and
+  # one per-kernel profile of decode steps (ncu, clocks left alone) for bench/cuda/ncu_steps.py.
+  log "synth 12b"
+  $GEM synth --profile 12b -q -o $M/g12b.gguf
+  log "gem bench 12b decode"
+  $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0,4096,32768 -r 2 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b_tg.txt"
+  log "gem bench 12b decode, PDL off"
+  GEM_CUDA_PDL=0 $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0 -r 2 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b_tg_nopdl.txt"
+  log "gem bench 12b prefill"
+  $GEM bench -m $M/g12b.gguf -p 512,4096 -n 0 -r 2 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b_pp.txt"
+  log "synthetic 12B vs CPU"
+  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
+    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
+  tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
+  log "ncu decode steps"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  GEM_CUDA_PDL=0 timeout 240 $NCU --clock-control none --csv --launch-count 1900 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    $GEM bench -m $M/g12b.gguf -p 0 -n 3 -d 0 -r 1 --backend cuda > "$OUT/ncu_12b.csv" 2> "$OUT/ncu_12b.err"
+  echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_12b.csv")" | tee -a "$OUT/summary.txt"
   log done
   exit 0
 fi

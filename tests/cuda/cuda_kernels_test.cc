@@ -2,6 +2,7 @@
 // the 12B and 31B widths. Tolerances follow from the types: f32 math within ~1e-5 relative;
 // the decode products round x to 8 bits per 32-block (bound derived below); f16 KV rounds K/V.
 // Skips, saying so, on a machine without a CUDA device.
+#include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -308,7 +309,9 @@ TEST(CudaNorm, ResidualEpilogues) {
 }
 
 // q/k/v prologue of a 31B full layer (D = 512, proportional RoPE) and a 12B sliding layer.
-void check_prologue(int H, int G, int D, bool v_from_k, float theta, bool proportional, int pos0) {
+// With `store`, the prologue also writes k and v into a ring (or linear) cache, f16 or f32.
+void check_prologue(int H, int G, int D, bool v_from_k, float theta, bool proportional, int pos0,
+                    bool store = false, bool f16 = false) {
   const int n = 3;
   const int cols = (H + (v_from_k ? 1 : 2) * G) * D;
   const auto qkv = randn(static_cast<size_t>(n) * cols, 2.0f);
@@ -339,10 +342,40 @@ void check_prologue(int H, int G, int D, bool v_from_k, float theta, bool propor
   Dev<float> dqkv(qkv), dqn(qn), dkn(kn), q(n * H * D), k(n * G * D), v(n * G * D);
   Dev<double> dinv(inv);
   Dev<int32_t> sp(std::vector<int32_t>{pos0});
+  const int n_slots = 7;  // a ring shorter than pos0: slots wrap
+  const size_t es = f16 ? 2 : 4;
+  Dev<uint8_t> kc(static_cast<size_t>(G) * n_slots * D * es), vc(kc.n);
+  cuda::KvDest dest;
+  if (store) dest = cuda::KvDest{kc.p, vc.p, f16, true, n_slots};
   cuda::qkv_prologue(dqkv.p, n, H, G, D, v_from_k, dqn.p, dkn.p, 1e-6f, dinv.p,
-                     reinterpret_cast<const cuda::StepParams*>(sp.p), q.p, k.p, v.p, nullptr);
+                     reinterpret_cast<const cuda::StepParams*>(sp.p), q.p, k.p, v.p, dest, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto gq = q.get(), gk = k.get(), gv = v.get();
+  if (store) {
+    const auto ck = kc.get(), cv = vc.get();
+    auto at = [&](const std::vector<uint8_t>& c, size_t e) {
+      if (!f16) {
+        float f;
+        std::memcpy(&f, c.data() + 4 * e, 4);
+        return f;
+      }
+      uint16_t h;
+      std::memcpy(&h, c.data() + 2 * e, 2);
+      return fp16_to_f32(h);
+    };
+    const double tol = f16 ? 1.0 / 1024 : 2e-5;  // f16 rounds to 11 significant bits
+    for (int t = 0; t < n; ++t) {
+      const int slot = (pos0 + t) % n_slots;
+      for (int g = 0; g < G; ++g) {
+        for (int d = 0; d < D; ++d) {
+          const size_t e = (static_cast<size_t>(g) * n_slots + slot) * D + d;
+          const size_t r = (static_cast<size_t>(t) * G + g) * D + d;
+          ASSERT_NEAR(at(ck, e), rk[r], tol * (std::fabs(rk[r]) + 1)) << "k t" << t << " g" << g;
+          ASSERT_NEAR(at(cv, e), rv[r], tol * (std::fabs(rv[r]) + 1)) << "v t" << t << " g" << g;
+        }
+      }
+    }
+  }
   for (size_t i = 0; i < gq.size(); ++i) ASSERT_NEAR(gq[i], rq[i], 2e-5 * (std::fabs(rq[i]) + 1)) << i;
   for (size_t i = 0; i < gk.size(); ++i) ASSERT_NEAR(gk[i], rk[i], 2e-5 * (std::fabs(rk[i]) + 1)) << i;
   for (size_t i = 0; i < gv.size(); ++i) ASSERT_NEAR(gv[i], rv[i], 2e-5 * (std::fabs(rv[i]) + 1)) << i;
@@ -355,14 +388,44 @@ TEST(CudaPrologue, NormsAndRope) {
   check_prologue(4, 2, 32, false, 1e4f, false, 5);       // tiny sliding
 }
 
+TEST(CudaPrologue, StoresKvIntoTheCache) {
+  REQUIRE_GPU();
+  check_prologue(16, 1, 512, true, 1e6f, true, 40, true, true);  // 12B full, f16
+  check_prologue(16, 8, 256, false, 1e4f, false, 9, true, false);  // 12B sliding, f32
+}
+
+// Values k/den for integers |k| <= 2·den·scale: exact in f16 and TF32, and dot products of them
+// over D <= 512 are exact in f32 (the tensor-core path's scores then carry no rounding).
+std::vector<float> grid_values(size_t n, int den, float scale) {
+  std::uniform_int_distribution<int> d(-static_cast<int>(2 * den * scale), static_cast<int>(2 * den * scale));
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(d(rng())) / static_cast<float>(den);
+  return v;
+}
+
+// Which implementation check_attention runs: the split kernel (tile keys from k/v), the decode
+// kernel (n = 1, the token's K/V stored in the cache first) or the tensor-core prompt path.
+enum class AttnPath { kSplit, kDecode, kPrefill };
+
 // Attention of n queries at pos0.. over a cache (ring or full, f32 or f16) + the tile's K/V.
 void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int pos0, int n,
-                     int n_splits) {
+                     int n_splits, AttnPath path = AttnPath::kSplit) {
   const bool ring = window > 0;
   const size_t cache_elems = static_cast<size_t>(G) * n_slots * D;
-  auto kc = randn(cache_elems), vc = randn(cache_elems);
-  const auto q = randn(static_cast<size_t>(n) * H * D, 0.2f);
-  const auto kt = randn(static_cast<size_t>(n) * G * D), vt = randn(static_cast<size_t>(n) * G * D);
+  const bool exact = path == AttnPath::kPrefill;
+  auto kc = exact ? grid_values(cache_elems, 16, 1.0f) : randn(cache_elems);
+  auto vc = exact ? grid_values(cache_elems, 16, 1.0f) : randn(cache_elems);
+  const auto q = exact ? grid_values(static_cast<size_t>(n) * H * D, 64, 0.25f)
+                       : randn(static_cast<size_t>(n) * H * D, 0.2f);
+  auto kt = exact ? grid_values(static_cast<size_t>(n) * G * D, 16, 1.0f)
+                  : randn(static_cast<size_t>(n) * G * D);
+  auto vt = exact ? grid_values(static_cast<size_t>(n) * G * D, 16, 1.0f)
+                  : randn(static_cast<size_t>(n) * G * D);
+  if (path == AttnPath::kDecode && f16) {
+    // The decode kernel reads the token's own K/V back from the f16 cache: round them as stored.
+    for (float& x : kt) x = fp16_to_f32(f32_to_fp16(x));
+    for (float& x : vt) x = fp16_to_f32(f32_to_fp16(x));
+  }
   std::vector<uint16_t> kh(cache_elems), vh(cache_elems);
   for (size_t i = 0; i < cache_elems; ++i) {
     kh[i] = f32_to_fp16(kc[i]);
@@ -400,9 +463,57 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
   std::vector<float> ref(static_cast<size_t>(n) * H * D);
   cpu::attention(q.data(), qpos.data(), n, H, G, D, window, 1.0f, segs, ref.data());
 
+  // Paths that read the tile's keys from the cache get them stored first (decode: the ring slot
+  // of pos0 holds a position the query no longer sees; prefill: full caches only).
+  if (path == AttnPath::kDecode || (path == AttnPath::kPrefill && !ring)) {
+    for (int t = 0; t < n; ++t) {
+      const int slot = ring ? (pos0 + t) % n_slots : pos0 + t;
+      for (int g = 0; g < G; ++g) {
+        for (int d = 0; d < D; ++d) {
+          const size_t e = (static_cast<size_t>(g) * n_slots + slot) * D + d;
+          const size_t src = (static_cast<size_t>(t) * G + g) * D + d;
+          kc[e] = kt[src];
+          vc[e] = vt[src];
+          kh[e] = f32_to_fp16(kt[src]);
+          vh[e] = f32_to_fp16(vt[src]);
+        }
+      }
+    }
+  }
   Dev<float> dq(q), dkt(kt), dvt(vt), out(ref.size());
   Dev<float> dkc(kc), dvc(vc);
   Dev<uint16_t> dkh(kh), dvh(vh);
+  if (path == AttnPath::kPrefill) {
+    const size_t score = static_cast<size_t>(256) << 10;  // small: several query sub-tiles
+    const size_t bytes = cuda::attention_prefill_scratch_bytes(n, H, G, D, ring ? window : 0, f16,
+                                                               score);
+    Dev<uint8_t> scratch(bytes);
+    Dev<uint16_t> out16(ref.size());
+    cublasHandle_t h = nullptr;
+    ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const cuda::PrefillAttnArgs pa{dq.p, dkt.p, dvt.p,
+                                   f16 ? static_cast<void*>(dkh.p) : dkc.p,
+                                   f16 ? static_cast<void*>(dvh.p) : dvc.p,
+                                   f16, ring, n_slots, pos0, n, n, H, G, D,
+                                   ring ? window : 0, reinterpret_cast<__half*>(out16.p),
+                                   scratch.p, bytes};
+    cuda::attention_prefill(pa, h, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cublasDestroy(h);
+    const auto o = out16.get();
+    // Exact scores (grid inputs); P rounds to 11 significant bits (f16 or TF32), the output to
+    // f16: |err| <= 2^-11·Σp|v| + 2^-11·|o| + f32 sums, bounded by 2^-10·(max|v| + |o|).
+    float vmax = 0.0f;
+    for (float x : vc) vmax = std::max(vmax, std::fabs(x));
+    for (float x : vt) vmax = std::max(vmax, std::fabs(x));
+    for (size_t i = 0; i < o.size(); ++i) {
+      const float got = fp16_to_f32(o[i]);
+      ASSERT_NEAR(got, ref[i], (vmax + std::fabs(ref[i])) / 1024.0f + 1e-5f)
+          << "prefill H" << H << " G" << G << " D" << D << " window " << window << " f16 " << f16
+          << " pos0 " << pos0 << " n " << n << " i " << i;
+    }
+    return;
+  }
   Dev<float> part(cuda::attention_part_floats(n, H, D, n_splits));
   Dev<int32_t> sp(std::vector<int32_t>{pos0});
   Dev<int8_t> oq(ref.size());
@@ -413,6 +524,10 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
                    f16, ring, n_slots, n, H, G, D, window, n_splits,
                    reinterpret_cast<const cuda::StepParams*>(sp.p), part.p, out.p,
                    cuda::Q8Act{oq.p, ods.p}};
+  a.tile_in_cache = path == AttnPath::kDecode;
+  if (path == AttnPath::kDecode) {
+    ASSERT_TRUE(cuda::attention_decode_supported(a));
+  }
   cuda::attention(a, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto o = out.get();
@@ -430,6 +545,30 @@ TEST(CudaAttention, DecodeOverRingAndFullCaches) {
   check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 625);    // 12B full at depth 33K
   check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 141);     // 31B full
   check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 32);   // 31B sliding
+}
+
+TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
+  REQUIRE_GPU();
+  const auto P = AttnPath::kDecode;
+  check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P);  // 12B sliding, wrapped ring
+  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16, not full
+  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P);   // 12B full at depth 33K
+  check_attention(16, 1, 512, 0, 40000, false, 70, 1, 264, P);     // short: few splits busy
+  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // 31B full
+  check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P);  // 31B sliding
+  check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P);             // r = 1, first token
+  check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, tiny ring
+}
+
+TEST(CudaAttention, PrefillOnTensorCores) {
+  REQUIRE_GPU();
+  const auto P = AttnPath::kPrefill;
+  check_attention(16, 8, 256, 1024, 1024, true, 2000, 64, 0, P);   // tile over a wrapped ring
+  check_attention(16, 8, 256, 1024, 1024, false, 0, 48, 0, P);     // first tile, f32 (TF32)
+  check_attention(16, 1, 512, 0, 4096, true, 1000, 40, 0, P);      // 12B full
+  check_attention(32, 4, 512, 0, 2048, false, 300, 33, 0, P);      // 31B full, f32
+  check_attention(4, 2, 32, 16, 16, false, 40, 24, 0, P);          // tile longer than the ring
+  check_attention(8, 2, 64, 0, 256, true, 10, 30, 0, P);
 }
 
 TEST(CudaAttention, PromptTiles) {

@@ -21,6 +21,8 @@ __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 // sub-group), grid.y = query group.
 template <int D, typename T>
 __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int hpb) {
+  pdl_trigger();
+  pdl_wait();
   constexpr int kPL = D / 32;              // elements per lane
   constexpr int kKG = D <= 256 ? 8 : 4;    // keys loaded together (memory-level parallelism)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -120,6 +122,8 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
 // skips empty splits and keeps several loads in flight.
 constexpr int kMaxSplits = 1024;
 __global__ void attention_merge_kernel(AttnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   const int t = blockIdx.x, j = blockIdx.y, d = threadIdx.x, D = a.head_dim;
@@ -168,12 +172,254 @@ __global__ void attention_merge_kernel(AttnArgs a) {
   }
 }
 
-template <int D>
-void launch(const AttnArgs& a, dim3 grid, int threads, int qpb, int hpb, cudaStream_t s) {
-  if (a.f16) {
-    attention_kernel<D, __half><<<grid, threads, 0, s>>>(a, qpb, hpb);
+// ---- Decode: one query per head (n = 1), its own K/V already in the cache ----
+// Block = (KV head g, split), 8 warps. The block's keys pass through shared memory in stages
+// of kDecTileBytes of K and of V (cp.async, double buffered), so the r heads of the group read
+// each key from device memory once. Warps: r >= 8: warp w owns heads w, w + 8 (kHPW of them)
+// over all keys; r < 8: warp w owns head w % r and every (8/r)-th key, and the warps of a head
+// merge their online-softmax states at the end. Lane l owns elements [l·D/32, (l+1)·D/32).
+constexpr int kDecWarps = 8;
+constexpr int kDecTileBytes = 8192;
+constexpr int kDecGroup = 4;  // keys whose dot products are reduced together
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// kPL consecutive elements of a shared-memory row, from element lane·kPL, as floats.
+template <typename T, int kPL>
+__device__ __forceinline__ void load_lane(const T* row, int lane, float (&out)[kPL]) {
+  if constexpr ((kPL * sizeof(T)) % 16 == 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(row + lane * kPL);
+#pragma unroll
+    for (int c = 0; c < static_cast<int>(kPL * sizeof(T) / 16); ++c) {
+      const uint4 u = src[c];
+      if constexpr (sizeof(T) == 2) {
+        const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __half22float2(h[e]);
+          out[8 * c + 2 * e] = f.x;
+          out[8 * c + 2 * e + 1] = f.y;
+        }
+      } else {
+        const float* f = reinterpret_cast<const float*>(&u);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[4 * c + e] = f[e];
+      }
+    }
   } else {
-    attention_kernel<D, float><<<grid, threads, 0, s>>>(a, qpb, hpb);
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) out[i] = to_f(row[lane * kPL + i]);
+  }
+}
+
+template <int D, typename T, int kHPW>
+__global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
+  constexpr int kPL = D / 32;
+  constexpr int kRow = D * static_cast<int>(sizeof(T));  // bytes per key row
+  constexpr int kKT = kDecTileBytes / kRow;              // keys per stage
+  __shared__ __align__(16) unsigned char smem[2][2][kDecTileBytes];  // [stage][K, V]
+  static_assert(kDecWarps * (D + 2) * 4 <= static_cast<int>(sizeof(smem)), "merge scratch");
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = a.n_heads / a.n_kv;
+  const int g = blockIdx.x, split = blockIdx.y;
+  const bool wide = r >= kDecWarps;
+  const int n_ksub = wide ? 1 : kDecWarps / r, ksub = wide ? 0 : warp / r;
+  int heads[kHPW];
+#pragma unroll
+  for (int h = 0; h < kHPW; ++h) heads[h] = g * r + (wide ? warp + kDecWarps * h : warp % r);
+  pdl_wait();
+  const int p = a.sp->pos0;
+  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+  const int len = p + 1 - lo;
+  int chunk = (len + a.n_splits - 1) / a.n_splits;
+  chunk = chunk < kMinChunk ? kMinChunk : chunk;
+  const int kb = lo + split * chunk, ke = min(p + 1, kb + chunk);  // keys [kb, ke)
+  const int n_tiles = kb < ke ? (ke - kb + kKT - 1) / kKT : 0;
+
+  float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
+#pragma unroll
+  for (int h = 0; h < kHPW; ++h) {
+    const float* qrow = a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) {
+      qv[h][i] = qrow[i];
+      acc[h][i] = 0.0f;
+    }
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+  const unsigned char* kc = static_cast<const unsigned char*>(a.k_cache) +
+                            static_cast<int64_t>(g) * a.n_slots * kRow;
+  const unsigned char* vc = static_cast<const unsigned char*>(a.v_cache) +
+                            static_cast<int64_t>(g) * a.n_slots * kRow;
+  auto load_stage = [&](int stage, int k0) {
+    const int nk = min(kKT, ke - k0);
+    for (int c = threadIdx.x; c < nk * (kRow / 16); c += kDecWarps * 32) {
+      const int kk = c / (kRow / 16), off = (c % (kRow / 16)) * 16;
+      const int kp = k0 + kk;
+      const int64_t src = static_cast<int64_t>(a.ring ? kp % a.n_slots : kp) * kRow + off;
+      cp_async16(&smem[stage][0][kk * kRow + off], kc + src);
+      cp_async16(&smem[stage][1][kk * kRow + off], vc + src);
+    }
+    cp_async_commit();
+  };
+  if (n_tiles > 0) load_stage(0, kb);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int st = it & 1;
+    if (it + 1 < n_tiles) {
+      load_stage(st ^ 1, kb + (it + 1) * kKT);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int nk = min(kKT, ke - (kb + it * kKT));
+    const T* ks = reinterpret_cast<const T*>(smem[st][0]);
+    const T* vs = reinterpret_cast<const T*>(smem[st][1]);
+    for (int kk0 = ksub; kk0 < nk; kk0 += n_ksub * kDecGroup) {
+      float s[kHPW][kDecGroup];
+#pragma unroll
+      for (int u = 0; u < kDecGroup; ++u) {
+        const int kk = kk0 + u * n_ksub;
+        float kf[kPL];
+        if (kk < nk) {
+          load_lane<T, kPL>(ks + kk * D, lane, kf);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPL; ++i) kf[i] = 0.0f;
+        }
+#pragma unroll
+        for (int h = 0; h < kHPW; ++h) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kPL; ++i) dot += qv[h][i] * kf[i];
+          s[h][u] = dot;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int h = 0; h < kHPW; ++h) {
+#pragma unroll
+          for (int u = 0; u < kDecGroup; ++u) s[h][u] += __shfl_xor_sync(0xffffffffu, s[h][u], o);
+        }
+      }
+      float pr[kHPW][kDecGroup];
+#pragma unroll
+      for (int h = 0; h < kHPW; ++h) {
+        float mg = m[h];
+#pragma unroll
+        for (int u = 0; u < kDecGroup; ++u) {
+          if (kk0 + u * n_ksub < nk) mg = fmaxf(mg, s[h][u]);
+        }
+        const float corr = expf(m[h] - mg);
+        l[h] *= corr;
+#pragma unroll
+        for (int i = 0; i < kPL; ++i) acc[h][i] *= corr;
+#pragma unroll
+        for (int u = 0; u < kDecGroup; ++u) {
+          pr[h][u] = kk0 + u * n_ksub < nk ? expf(s[h][u] - mg) : 0.0f;
+          l[h] += pr[h][u];
+        }
+        m[h] = mg;
+      }
+#pragma unroll
+      for (int u = 0; u < kDecGroup; ++u) {
+        const int kk = kk0 + u * n_ksub;
+        if (kk >= nk) continue;
+        float vf[kPL];
+        load_lane<T, kPL>(vs + kk * D, lane, vf);
+#pragma unroll
+        for (int h = 0; h < kHPW; ++h) {
+#pragma unroll
+          for (int i = 0; i < kPL; ++i) acc[h][i] += pr[h][u] * vf[i];
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next iteration
+  }
+
+  auto write_part = [&](int j, float mm, float ll, const float (&ac)[kPL]) {
+    float* part = a.part + (static_cast<int64_t>(j) * a.n_splits + split) * (D + 2);
+    if (lane == 0) {
+      part[0] = mm;
+      part[1] = ll;
+    }
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) part[2 + lane * kPL + i] = ac[i];
+  };
+  if (n_ksub == 1) {
+#pragma unroll
+    for (int h = 0; h < kHPW; ++h) write_part(heads[h], m[h], l[h], acc[h]);
+    return;
+  }
+  // r < 8: the n_ksub warps of each head merge through shared memory (kHPW == 1).
+  float* red = reinterpret_cast<float*>(smem);
+  float* mine = red + warp * (D + 2);
+  if (lane == 0) {
+    mine[0] = m[0];
+    mine[1] = l[0];
+  }
+#pragma unroll
+  for (int i = 0; i < kPL; ++i) mine[2 + lane * kPL + i] = acc[0][i];
+  __syncthreads();
+  if (ksub != 0) return;
+  float mx = -INFINITY;
+  for (int sw = 0; sw < n_ksub; ++sw) {
+    const float* o = red + (warp + sw * r) * (D + 2);
+    if (o[1] > 0.0f) mx = fmaxf(mx, o[0]);
+  }
+  float ll = 0.0f, ac[kPL];
+#pragma unroll
+  for (int i = 0; i < kPL; ++i) ac[i] = 0.0f;
+  for (int sw = 0; sw < n_ksub; ++sw) {
+    const float* o = red + (warp + sw * r) * (D + 2);
+    if (!(o[1] > 0.0f)) continue;
+    const float w = expf(o[0] - mx);
+    ll += o[1] * w;
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) ac[i] += o[2 + lane * kPL + i] * w;
+  }
+  write_part(heads[0], mx, ll, ac);
+}
+
+template <int D, typename T>
+void launch_decode(const AttnArgs& a, cudaStream_t s) {
+  const int r = a.n_heads / a.n_kv;
+  const dim3 grid(a.n_kv, a.n_splits);
+  if (r == 16) {
+    launch(attention_decode_kernel<D, T, 2>, grid, kDecWarps * 32, 0, s, a);
+  } else {
+    launch(attention_decode_kernel<D, T, 1>, grid, kDecWarps * 32, 0, s, a);
+  }
+}
+
+template <int D>
+void decode_for(const AttnArgs& a, cudaStream_t s) {
+  if (a.f16) {
+    launch_decode<D, __half>(a, s);
+  } else {
+    launch_decode<D, float>(a, s);
+  }
+}
+
+template <int D>
+void launch_attention(const AttnArgs& a, dim3 grid, int threads, int qpb, int hpb, cudaStream_t s) {
+  if (a.f16) {
+    launch(attention_kernel<D, __half>, grid, threads, 0, s, a, qpb, hpb);
+  } else {
+    launch(attention_kernel<D, float>, grid, threads, 0, s, a, qpb, hpb);
   }
 }
 
@@ -183,7 +429,35 @@ size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits) {
   return static_cast<size_t>(n) * n_heads * n_splits * (head_dim + 2);
 }
 
+bool attention_decode_supported(const AttnArgs& a) {
+  const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
+  const bool pow2_dim = a.head_dim >= 32 && a.head_dim <= 512 && (a.head_dim & (a.head_dim - 1)) == 0;
+  return a.n == 1 && a.tile_in_cache && a.n_heads == r * a.n_kv && pow2_dim &&
+         (r == 1 || r == 2 || r == 4 || r == 8 || r == 16);
+}
+
 void attention(const AttnArgs& a, cudaStream_t s) {
+  if (a.n_splits > kMaxSplits) {
+    std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
+    std::abort();
+  }
+  if (attention_decode_supported(a)) {
+    switch (a.head_dim) {
+      case 32: decode_for<32>(a, s); break;
+      case 64: decode_for<64>(a, s); break;
+      case 128: decode_for<128>(a, s); break;
+      case 256: decode_for<256>(a, s); break;
+      default: decode_for<512>(a, s); break;
+    }
+    GEM_CUDA_LAUNCHED();
+    launch(attention_merge_kernel, dim3(1, a.n_heads), a.head_dim, 0, s, a);
+    GEM_CUDA_LAUNCHED();
+    return;
+  }
+  if (a.tile_in_cache) {
+    std::fprintf(stderr, "attention: tile_in_cache needs n = 1 and 1-16 heads per KV head\n");
+    std::abort();
+  }
   const int r = a.n_heads / a.n_kv;
   int hpb = r <= 8 ? r : 8;
   while (r % hpb != 0) --hpb;  // heads per block: a divisor of r, at most 8
@@ -192,22 +466,18 @@ void attention(const AttnArgs& a, cudaStream_t s) {
   const dim3 grid(a.n_kv * a.n_splits * (r / hpb), (a.n + qpb - 1) / qpb);
   const int threads = 32 * hpb * qpb;
   switch (a.head_dim) {
-    case 32: launch<32>(a, grid, threads, qpb, hpb, s); break;
-    case 64: launch<64>(a, grid, threads, qpb, hpb, s); break;
-    case 128: launch<128>(a, grid, threads, qpb, hpb, s); break;
-    case 256: launch<256>(a, grid, threads, qpb, hpb, s); break;
-    case 512: launch<512>(a, grid, threads, qpb, hpb, s); break;
+    case 32: launch_attention<32>(a, grid, threads, qpb, hpb, s); break;
+    case 64: launch_attention<64>(a, grid, threads, qpb, hpb, s); break;
+    case 128: launch_attention<128>(a, grid, threads, qpb, hpb, s); break;
+    case 256: launch_attention<256>(a, grid, threads, qpb, hpb, s); break;
+    case 512: launch_attention<512>(a, grid, threads, qpb, hpb, s); break;
     default:
       std::fprintf(stderr, "attention: head_dim %d not supported (32..512, powers of 2)\n",
                    a.head_dim);
       std::abort();
   }
   GEM_CUDA_LAUNCHED();
-  if (a.n_splits > kMaxSplits) {
-    std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
-    std::abort();
-  }
-  attention_merge_kernel<<<dim3(a.n, a.n_heads), a.head_dim, 0, s>>>(a);
+  launch(attention_merge_kernel, dim3(a.n, a.n_heads), a.head_dim, 0, s, a);
   GEM_CUDA_LAUNCHED();
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace gem::cuda {
 
@@ -21,6 +22,44 @@ namespace gem::cuda {
     }                                                                                     \
   } while (0)
 #define GEM_CUDA_LAUNCHED() GEM_CUDA_CHECK(cudaGetLastError())
+
+// Programmatic dependent launch (PDL). Every kernel of this folder that `launch` starts calls
+// pdl_wait() before it reads anything an earlier kernel wrote or writes anything at all, and
+// pdl_trigger() early, so that the next kernel of the stream is launched while this one runs:
+// its blocks take the slots this grid frees and do their independent prologue (weight
+// prefetches) before their own pdl_wait(). Without the launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Whether launches carry the PDL attribute: on, unless GEM_CUDA_PDL=0 (for measuring it).
+bool pdl_enabled();
+
+// Launches `kernel` on `s`, with the PDL attribute when pdl_enabled().
+template <typename... KArgs, typename... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  if (pdl_enabled()) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  GEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -125,6 +125,9 @@ class CudaBackend final : public Backend {
   float* g_ = nullptr;            // [T, F]
   Q8Act gq_;
   float* part_ = nullptr;
+  void* prefill_scratch_ = nullptr;  // attention_prefill's (tiles of kGemmAttnMin tokens or more)
+  size_t prefill_scratch_bytes_ = 0;
+  int n_sm_ = 132;
   __half* x16_ = nullptr;         // [T, max cols]
   __half* w16_ = nullptr;         // [max rows·cols] dequantised weights for cuBLAS
   float* logits_dev_ = nullptr;   // [V]
@@ -249,6 +252,13 @@ Status CudaBackend::upload_f32(const model::TensorView& t, const float** out) {
   return ok_status();
 }
 
+// Prompt tiles of at least this many tokens take the tensor-core attention (attention_prefill);
+// shorter ones (speculative verification, a prompt's tail) the split kernel.
+constexpr int kGemmAttnMin = 16;
+// The f32 scores and probabilities of one prefill attention call, at most (query rows are done
+// in as many sub-tiles as this needs).
+constexpr size_t kScoreBudget = size_t{512} << 20;
+
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
   if (n == 1) return L.n_splits_decode;
   // Enough blocks to fill the GPU: (kv heads × query groups × splits) ≈ 2 per SM or more.
@@ -266,6 +276,7 @@ Status CudaBackend::init() {
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   GEM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, 0));
 
   if (opt_.n_ctx <= 0 || opt_.n_tile <= 0) {
     return errorf("cuda: n_ctx (%d) and n_tile (%d) must be positive", opt_.n_ctx, opt_.n_tile);
@@ -345,9 +356,13 @@ Status CudaBackend::init() {
       return errorf("cuda: out of device memory for the KV cache of layer %d (%zu bytes)", i,
                     2 * kv_bytes);
     }
-    // Decode splits: about 32 keys each on rings, 64 on full layers (bounded).
-    L.n_splits_decode = L.ring ? std::max(1, L.n_slots / 32)
-                               : std::clamp((opt_.n_ctx + 63) / 64, 1, 1024);
+    // Decode splits: about two blocks per SM over the KV heads once the context is long, and
+    // no split shorter than 32 keys (the kernel's minimum chunk).
+    {
+      const int by_sm = (2 * n_sm_ + p.n_kv_heads - 1) / p.n_kv_heads;
+      const int by_len = (L.n_slots + 31) / 32;
+      L.n_splits_decode = std::clamp(std::min(by_sm, by_len), 1, 1024);
+    }
     max_dim = std::max(max_dim, D);
     max_kv = std::max(max_kv, p.n_kv_heads);
     qkv_max = std::max(qkv_max, static_cast<int>(L.qkv.rows));
@@ -393,6 +408,20 @@ Status CudaBackend::init() {
   g_ = f(T * F);
   gq_ = q8(F);
   part_ = f(part_floats);
+  if (T_ >= kGemmAttnMin) {
+    for (int i = 0; i < cfg_.n_layers; ++i) {
+      const model::LayerPlan& p = model_.plan[i];
+      const DevLayer& L = layers_[i];
+      const int64_t keys = L.ring ? p.window - 1 + T_ : opt_.n_ctx;
+      const size_t per_row = static_cast<size_t>(H) * ((keys + 7) / 8 * 8) * (4 + (L.kv_f16 ? 2 : 4));
+      const size_t score = std::min(kScoreBudget, per_row * T);
+      prefill_scratch_bytes_ = std::max(
+          prefill_scratch_bytes_,
+          cuda::attention_prefill_scratch_bytes(T_, H, p.n_kv_heads, p.head_dim,
+                                                L.ring ? p.window : 0, L.kv_f16, score));
+    }
+    prefill_scratch_ = dev_alloc(prefill_scratch_bytes_);
+  }
   x16_ = static_cast<__half*>(dev_alloc(T * max_cols * sizeof(__half)));
   w16_ = static_cast<__half*>(dev_alloc(w16_max * sizeof(__half)));
   logits_dev_ = f(V);
@@ -438,13 +467,23 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
-  cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
-                     L.inv_freq, sp, q_, k_, v_, stream_);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
-  cuda::attention(a, stream_);
-  cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
-                 L.v_cache, stream_);
+  a.tile_in_cache = true;
+  if (cuda::attention_decode_supported(a)) {
+    // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
+    const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
+    cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
+                       L.inv_freq, sp, q_, k_, v_, dest, stream_);
+    cuda::attention(a, stream_);
+  } else {
+    a.tile_in_cache = false;
+    cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
+                       L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
+    cuda::attention(a, stream_);
+    cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
+                   L.v_cache, stream_);
+  }
   cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
@@ -470,13 +509,28 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
   gemm(L.qkv, x16_, n, qkv_);
   cuda::qkv_prologue(qkv_, n, H, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
-                     L.inv_freq, sp, q_, k_, v_, stream_);
-  cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
-                   p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
-  cuda::attention(a, stream_);
-  cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
-                 L.v_cache, stream_);
-  cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
+                     L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
+  auto store = [&] {
+    cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
+                   L.v_cache, stream_);
+  };
+  if (n >= kGemmAttnMin && prefill_scratch_) {
+    // Tensor-core attention; a full layer reads the tile's keys from the cache (stored first), a
+    // ring layer from the tile (stored after: the tile may overwrite slots it still needs).
+    if (!L.ring) store();
+    const cuda::PrefillAttnArgs pa{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring,
+                                   L.n_slots, n_past_, n, T_, H, p.n_kv_heads, D,
+                                   L.ring ? p.window : 0, x16_, prefill_scratch_,
+                                   prefill_scratch_bytes_};
+    cuda::attention_prefill(pa, cublas_, stream_);
+    if (L.ring) store();
+  } else {
+    cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
+                     p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
+    cuda::attention(a, stream_);
+    store();
+    cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
+  }
   gemm(L.wo, x16_, n, a_);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_);
   cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);

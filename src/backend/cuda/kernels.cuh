@@ -3,6 +3,7 @@
 // against the CPU reference. All activations are row-major f32 unless a name says otherwise.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -59,9 +60,19 @@ void residual_norm_scale(float* x, const float* f, const float* w_post, const fl
 // = [q (n_heads·D) | k (n_kv·D) | v (n_kv·D), absent when v_from_k]. Writes q: [n, n_heads, D]
 // (q-norm, RoPE), k: [n, n_kv, D] (k-norm, RoPE), v: [n, n_kv, D] (RMS₀ of v, or of raw k).
 // inv_freq: [D/2] f64 (freq factors folded in).
+// With cache.k set, k and v also land in the layer's cache at slot pos % n_slots (ring) or pos:
+// decode's store (n = 1: the ring slot it takes holds a position the query no longer sees).
+struct KvDest {
+  void* k = nullptr;  // [n_kv, n_slots, D], f32 or f16
+  void* v = nullptr;
+  bool f16 = false;
+  bool ring = false;
+  int n_slots = 0;
+};
 void qkv_prologue(const float* qkv, int n, int n_heads, int n_kv, int head_dim, bool v_from_k,
                   const float* q_norm, const float* k_norm, float eps, const double* inv_freq,
-                  const StepParams* sp, float* q, float* k, float* v, cudaStream_t s);
+                  const StepParams* sp, float* q, float* k, float* v, KvDest cache,
+                  cudaStream_t s);
 // Writes the tile's k/v ([n, n_kv, D] f32) into a layer's cache ([n_kv, n_slots, D], f32 or
 // f16). Ring layers (ring = true): slot = pos % n_slots, only the last n_slots positions land.
 void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, bool f16, bool ring,
@@ -111,9 +122,46 @@ struct AttnArgs {
   float* part;
   float* out;
   Q8Act outq;
+  // n = 1 only: the query's own K/V were already stored in the cache (qkv_prologue's KvDest),
+  // so every key comes from the cache: the decode kernel (K/V tiles shared by a group's heads).
+  bool tile_in_cache = false;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s);
+// Whether attention() takes the decode kernel for these arguments (n = 1, tile_in_cache, a
+// group of 1, 2, 4, 8 or 16 heads per KV head).
+bool attention_decode_supported(const AttnArgs& a);
+
+// ---- attention_prefill.cu ----
+// The same attention for a prompt tile, on the tensor cores through cuBLAS (see the file).
+// Ring layers (ring = true): the cache still holds the positions before pos0 (store the tile
+// after this call); k_tile/v_tile are the tile's keys. Full layers: the tile's K/V are already in
+// the cache (store before this call); k_tile/v_tile are unused. pos0 is the host's copy.
+// out16: [n, n_heads·D] f16. scratch: attention_prefill_scratch_bytes(...) bytes, of which
+// score_bytes hold the f32 scores and probabilities of as many query rows as fit.
+struct PrefillAttnArgs {
+  const float* q;
+  const float* k_tile;
+  const float* v_tile;
+  void* k_cache;
+  void* v_cache;
+  bool f16;
+  bool ring;
+  int n_slots;
+  int pos0;
+  int n;
+  int max_n;  // the tile size the scratch was sized for
+  int n_heads;
+  int n_kv;
+  int head_dim;
+  int window;
+  __half* out16;
+  void* scratch;
+  size_t scratch_bytes;
+};
+size_t attention_prefill_scratch_bytes(int max_n, int n_heads, int n_kv, int head_dim,
+                                       int window, bool f16, size_t score_bytes);
+void attention_prefill(const PrefillAttnArgs& a, cublasHandle_t h, cudaStream_t s);
 
 // ---- sample.cu ----
 // Greedy pick on the device: penalties over history (hist: [n_hist] token ids) applied to a

@@ -131,21 +131,51 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
   }
 }
 
+// Asks L2 for the weights accumulate_rows reads in its first round (kUnroll blocks per lane and
+// row, with their scales). Weights never depend on an earlier kernel, so this runs before
+// pdl_wait(): the bytes stream in while the previous kernel finishes.
+template <bool kQ8, int kMats, int kRows, int kUnroll>
+__device__ __forceinline__ void prefetch_rows(const uint8_t* const* qs, const __half* const* d,
+                                              int64_t rows, int nb, int64_t row0, int lane) {
+  const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r < rows ? row0 + r : rows - 1;
+      const uint8_t* wrow = qs[m] + row * row_bytes;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int b = lane + 32 * u;
+        if (b < nb) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + b * (kQ8 ? 32 : 16)));
+        }
+      }
+      if (lane * 64 < nb) {  // the row's scales: 2 bytes per block, one 128-byte line per lane
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(d[m] + row * nb + lane * 64));
+      }
+    }
+  }
+}
+
 // y[t, r] for kRows consecutive rows per warp; blockIdx.y = token t.
 template <bool kQ8, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
                     const int8_t* xq, const float2* xds, float* y, float cap) {
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * kQWarps + (threadIdx.x >> 5)) * kRows;
-  if (row0 >= rows) return;
   const int t = blockIdx.y, nb = cols / 32;
+  const uint8_t* q[1] = {qs};
+  const __half* dd[1] = {d};
+  if (row0 < rows) prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
+  pdl_wait();
+  if (row0 >= rows) return;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[1][kRows] = {};
-  const uint8_t* q[1] = {qs};
-  const __half* dd[1] = {d};
   accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -161,16 +191,19 @@ template <int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
                         int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g) {
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * kQWarps + (threadIdx.x >> 5)) * kRows;
-  if (row0 >= rows) return;
   const int t = blockIdx.y, nb = cols / 32;
+  const uint8_t* q[2] = {gq, uq};
+  const __half* dd[2] = {gd, ud};
+  if (row0 < rows) prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
+  pdl_wait();
+  if (row0 >= rows) return;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[2][kRows] = {};
-  const uint8_t* q[2] = {gq, uq};
-  const __half* dd[2] = {gd, ud};
   accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -183,6 +216,8 @@ __global__ void __launch_bounds__(kQWarps * 32)
 
 // One warp per row, f32 activations: F32 or Q6_K weights (the test models' and the Q6_K head).
 __global__ void matvec_f_kernel(DevMatrix w, const float* x, float* y, float cap) {
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (row >= w.rows) return;
@@ -213,6 +248,8 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, float* y, float cap
 
 // One thread per 32-weight block of rows [r0, r0+nr).
 __global__ void dequant_f16_kernel(DevMatrix w, int64_t r0, int64_t nr, __half* out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t cols = w.cols, nb = cols / 32, total = nr * nb;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -252,6 +289,8 @@ __global__ void dequant_f16_kernel(DevMatrix w, int64_t r0, int64_t nr, __half* 
 // GGUF Q4_0 (18-byte) / Q8_0 (34-byte) blocks → the split layout; one thread per block.
 __global__ void repack_kernel(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs,
                               __half* d) {
+  pdl_trigger();
+  pdl_wait();
   const int qbytes = q8 ? 32 : 16, bbytes = qbytes + 2;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_blocks;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -266,8 +305,7 @@ __global__ void repack_kernel(const uint8_t* raw, int64_t n_blocks, bool q8, uin
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s) {
   const int64_t blocks = (n_blocks + 255) / 256;
-  repack_kernel<<<static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(raw, n_blocks,
-                                                                                      q8, qs, d);
+  launch(repack_kernel, static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s, raw, n_blocks, q8, qs, d);
   GEM_CUDA_LAUNCHED();
 }
 
@@ -278,15 +316,15 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     const int64_t rows_per_block = kQWarps * kRows;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
     if (w.type == WType::kQ4_0) {
-      matvec_q_kernel<false, kRows, 4><<<grid, kQWarps * 32, 0, s>>>(
-          w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
+      launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s,
+             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
     } else {
-      matvec_q_kernel<true, kRows, 2><<<grid, kQWarps * 32, 0, s>>>(
-          w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
+      launch(matvec_q_kernel<true, kRows, 2>, grid, kQWarps * 32, 0, s,
+             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
     }
   } else {
     const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
-    matvec_f_kernel<<<grid, kWarps * 32, 0, s>>>(w, x, y, cap);
+    launch(matvec_f_kernel, grid, kWarps * 32, 0, s, w, x, y, cap);
   }
   GEM_CUDA_LAUNCHED();
 }
@@ -296,16 +334,16 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
   constexpr int kRows = 2;
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  matvec_gated_kernel<kRows, 2><<<grid, kQWarps * 32, 0, s>>>(
-      gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
+  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
+         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
   GEM_CUDA_LAUNCHED();
 }
 
 void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaStream_t s) {
   const int64_t total = nr * (w.cols / 32);
   const int64_t blocks = (total + 255) / 256;
-  dequant_f16_kernel<<<static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(
-      w, r0, nr, out);
+  launch(dequant_f16_kernel, static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s, w, r0,
+         nr, out);
   GEM_CUDA_LAUNCHED();
 }
 

@@ -33,6 +33,8 @@ __device__ __forceinline__ float q6k_scale(const uint8_t* sb) {
 }
 
 __global__ void embed_kernel(DevMatrix emb, const int32_t* tokens, float scale, float* x) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x;
   const int64_t row = tokens[t];
   const int64_t cols = emb.cols;
@@ -68,6 +70,8 @@ __device__ __forceinline__ void q8_block(float v, int8_t* q, float2* ds, int lan
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float eps, float* y,
                                 Q8Act yq) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float red[32];
   const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_warps = blockDim.x >> 5;
@@ -96,6 +100,8 @@ constexpr int kResidualPer = 8;
 __global__ void residual_kernel(float* x, const float* a, const float* w_post,
                                 const float* out_scale, const float* w_next, int cols, float eps,
                                 float* h, Q8Act hq) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float red[32];
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t off = static_cast<int64_t>(t) * cols;
@@ -136,11 +142,27 @@ __global__ void residual_kernel(float* x, const float* a, const float* w_post,
   }
 }
 
+// Elements i and i + D/2 of kv head g at position pos into a cache (f32 or f16).
+__device__ __forceinline__ void store_cache(const KvDest& c, void* base, int g, int pos, int D,
+                                            int i, float a, float b) {
+  const int slot = c.ring ? pos % c.n_slots : pos;
+  const int64_t off = (static_cast<int64_t>(g) * c.n_slots + slot) * D;
+  if (c.f16) {
+    static_cast<__half*>(base)[off + i] = __float2half_rn(a);
+    static_cast<__half*>(base)[off + i + D / 2] = __float2half_rn(b);
+  } else {
+    static_cast<float*>(base)[off + i] = a;
+    static_cast<float*>(base)[off + i + D / 2] = b;
+  }
+}
+
 // One block per (token, head); thread i owns elements i and i + D/2 (the NeoX pair).
 __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int D, bool v_from_k,
                                     const float* q_norm, const float* k_norm, float eps,
                                     const double* inv_freq, const StepParams* sp, float* q,
-                                    float* k, float* v) {
+                                    float* k, float* v, KvDest cache) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float red[32];
   const int t = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = D / 2;
   const int qkv_cols = (n_heads + (v_from_k ? 1 : 2) * n_kv) * D;
@@ -162,6 +184,7 @@ __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int
       float* vo = v + (static_cast<int64_t>(t) * n_kv + g) * D;
       vo[i] = b0 * invv;
       vo[i + half] = b1 * invv;
+      if (cache.v) store_cache(cache, cache.v, g, sp->pos0 + t, D, i, b0 * invv, b1 * invv);
     }
   }
   const float ss = block_sum(a0 * a0 + a1 * a1, red);
@@ -176,10 +199,13 @@ __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int
                     : k + (static_cast<int64_t>(t) * n_kv + g) * D;
   dst[i] = r0;
   dst[i + half] = r1;
+  if (!is_q && cache.k) store_cache(cache, cache.k, g, sp->pos0 + t, D, i, r0, r1);
 }
 
 __global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv, int D, bool f16,
                                 bool ring, int n_slots, const StepParams* sp, void* kc, void* vc) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x, g = blockIdx.y;
   if (ring && t < n - n_slots) return;  // overwritten within this very tile
   const int pos = sp->pos0 + t;
@@ -199,6 +225,8 @@ __global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv,
 
 // One warp per 32-value block: grid (ceil(blocks / 8), n).
 __global__ void quantize_q8_kernel(const float* x, int cols, Q8Act xq) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.y, lane = threadIdx.x & 31;
   const int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (b >= cols / 32) return;
@@ -208,6 +236,8 @@ __global__ void quantize_q8_kernel(const float* x, int cols, Q8Act xq) {
 }
 
 __global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     y[i] = __float2half_rn(x[i]);
@@ -215,6 +245,8 @@ __global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
 }
 
 __global__ void gelu_mul_kernel(const float* gu, int n, int F, float* g) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t count = static_cast<int64_t>(n) * F;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -224,6 +256,8 @@ __global__ void gelu_mul_kernel(const float* gu, int n, int F, float* g) {
 }
 
 __global__ void softcap_kernel(float* x, int64_t count, float cap) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] = cap * tanhf(x[i] / cap);
@@ -249,21 +283,29 @@ int residual_threads(int cols) {
 
 }  // namespace
 
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("GEM_CUDA_PDL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
            cudaStream_t s) {
-  embed_kernel<<<n, 256, 0, s>>>(emb, tokens, scale, x);
+  launch(embed_kernel, n, 256, 0, s, emb, tokens, scale, x);
   GEM_CUDA_LAUNCHED();
 }
 
 void rms_norm(const float* x, const float* w, int n, int cols, float eps, float* y, Q8Act yq,
               cudaStream_t s) {
-  rms_norm_kernel<<<n, row_threads(cols), 0, s>>>(x, w, cols, eps, y, yq);
+  launch(rms_norm_kernel, n, row_threads(cols), 0, s, x, w, cols, eps, y, yq);
   GEM_CUDA_LAUNCHED();
 }
 
 void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
                    int cols, float eps, float* h, Q8Act hq, cudaStream_t s) {
-  residual_kernel<<<n, residual_threads(cols), 0, s>>>(x, a, w_post, nullptr, w_next, cols, eps,
+  launch(residual_kernel, n, residual_threads(cols), 0, s, x, a, w_post, nullptr, w_next, cols, eps,
                                                        h, hq);
   GEM_CUDA_LAUNCHED();
 }
@@ -271,44 +313,45 @@ void residual_norm(float* x, const float* a, const float* w_post, const float* w
 void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                          cudaStream_t s) {
-  residual_kernel<<<n, residual_threads(cols), 0, s>>>(x, f, w_post, out_scale, w_next, cols, eps,
+  launch(residual_kernel, n, residual_threads(cols), 0, s, x, f, w_post, out_scale, w_next, cols, eps,
                                                        h, hq);
   GEM_CUDA_LAUNCHED();
 }
 
 void qkv_prologue(const float* qkv, int n, int n_heads, int n_kv, int head_dim, bool v_from_k,
                   const float* q_norm, const float* k_norm, float eps, const double* inv_freq,
-                  const StepParams* sp, float* q, float* k, float* v, cudaStream_t s) {
+                  const StepParams* sp, float* q, float* k, float* v, KvDest cache,
+                  cudaStream_t s) {
   const int threads = head_dim / 2 < 32 ? 32 : head_dim / 2;
-  qkv_prologue_kernel<<<dim3(n, n_heads + n_kv), threads, 0, s>>>(
-      qkv, n_heads, n_kv, head_dim, v_from_k, q_norm, k_norm, eps, inv_freq, sp, q, k, v);
+  launch(qkv_prologue_kernel, dim3(n, n_heads + n_kv), threads, 0, s, qkv, n_heads, n_kv,
+         head_dim, v_from_k, q_norm, k_norm, eps, inv_freq, sp, q, k, v, cache);
   GEM_CUDA_LAUNCHED();
 }
 
 void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, bool f16, bool ring,
               int n_slots, const StepParams* sp, void* k_cache, void* v_cache, cudaStream_t s) {
-  kv_store_kernel<<<dim3(n, n_kv), head_dim < 256 ? head_dim : 256, 0, s>>>(
-      k, v, n, n_kv, head_dim, f16, ring, n_slots, sp, k_cache, v_cache);
+  launch(kv_store_kernel, dim3(n, n_kv), (head_dim < 256 ? head_dim : 256), 0, s,
+         k, v, n, n_kv, head_dim, f16, ring, n_slots, sp, k_cache, v_cache);
   GEM_CUDA_LAUNCHED();
 }
 
 void quantize_q8(const float* x, int n, int cols, Q8Act xq, cudaStream_t s) {
-  quantize_q8_kernel<<<dim3((cols / 32 + 7) / 8, n), 256, 0, s>>>(x, cols, xq);
+  launch(quantize_q8_kernel, dim3((cols / 32 + 7) / 8, n), 256, 0, s, x, cols, xq);
   GEM_CUDA_LAUNCHED();
 }
 
 void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s) {
-  to_f16_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, y);
+  launch(to_f16_kernel, grid_for(count, 256), 256, 0, s, x, count, y);
   GEM_CUDA_LAUNCHED();
 }
 
 void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s) {
-  gelu_mul_kernel<<<grid_for(static_cast<int64_t>(n) * F, 256), 256, 0, s>>>(gu, n, F, g);
+  launch(gelu_mul_kernel, grid_for(static_cast<int64_t>(n) * F, 256), 256, 0, s, gu, n, F, g);
   GEM_CUDA_LAUNCHED();
 }
 
 void softcap(float* x, int64_t count, float cap, cudaStream_t s) {
-  softcap_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, cap);
+  launch(softcap_kernel, grid_for(count, 256), 256, 0, s, x, count, cap);
   GEM_CUDA_LAUNCHED();
 }
 
