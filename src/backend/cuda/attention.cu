@@ -162,13 +162,8 @@ __global__ void attention_merge_kernel(AttnArgs a) {
   const int64_t row = static_cast<int64_t>(t) * a.n_heads * D;
   a.out[row + j * D + d] = v;
   if (a.outq.q) {
-    const int lane = d & 31;
-    const float amax = warp_max(fabsf(v));
-    const float s = amax / 127.0f;
-    const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
-    a.outq.q[row + j * D + d] = static_cast<int8_t>(qi);
-    const float qsum = warp_sum(static_cast<float>(qi));
-    if (lane == 0) a.outq.ds[row / 32 + (j * D + d) / 32] = make_float2(s, s * qsum);
+    q8_block_out(v, a.outq.q + row + j * D + (d & ~31), a.outq.ds + row / 32 + (j * D + d) / 32,
+                 d & 31);
   }
 }
 

@@ -84,6 +84,17 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return warp_sum(v);
 }
 
+// Quantises one 32-value block held one value per lane (the whole warp calls it): the q8 form
+// of kernels.cuh's Q8Act, q = round(v/s) with s = max|v|/127, ds = (s, s·Σq).
+__device__ __forceinline__ void q8_block_out(float v, int8_t* q, float2* ds, int lane) {
+  const float amax = warp_max(fabsf(v));
+  const float s = amax / 127.0f;
+  const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
+  q[lane] = static_cast<int8_t>(qi);
+  const float qsum = warp_sum(static_cast<float>(qi));
+  if (lane == 0) *ds = make_float2(s, s * qsum);
+}
+
 __device__ __forceinline__ float gelu_tanh(float u) {
   const float k = 0.7978845608028654f;  // sqrt(2/pi)
   return 0.5f * u * (1.0f + tanhf(k * (u + 0.044715f * u * u * u)));

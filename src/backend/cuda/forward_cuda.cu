@@ -124,6 +124,7 @@ class CudaBackend final : public Backend {
   float* gu_ = nullptr;           // [T, 2F]
   float* g_ = nullptr;            // [T, F]
   Q8Act gq_;
+  unsigned* gate_counters_ = nullptr;  // [T, F/32] zeroed: matvec_gated's fused q8 of g
   float* part_ = nullptr;
   void* prefill_scratch_ = nullptr;  // attention_prefill's (tiles of kGemmAttnMin tokens or more)
   size_t prefill_scratch_bytes_ = 0;
@@ -407,6 +408,12 @@ Status CudaBackend::init() {
   gu_ = f(T * 2 * F);
   g_ = f(T * F);
   gq_ = q8(F);
+  if (F % 32 == 0) {
+    gate_counters_ = static_cast<unsigned*>(dev_alloc(T * (F / 32) * sizeof(unsigned)));
+    if (gate_counters_) {
+      GEM_CUDA_CHECK(cudaMemset(gate_counters_, 0, T * (F / 32) * sizeof(unsigned)));
+    }
+  }
   part_ = f(part_floats);
   if (T_ >= kGemmAttnMin) {
     for (int i = 0; i < cfg_.n_layers; ++i) {
@@ -486,15 +493,18 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   }
   cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
+  const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
+    // The gated product also writes down's q8 input when it can (F % 32 == 0).
+    const bool fuse = down_q8 && gate_counters_;
+    cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, fuse ? gq_ : Q8Act{},
+                       fuse ? gate_counters_ : nullptr, stream_);
+    if (down_q8 && !fuse) cuda::quantize_q8(g_, 1, F, gq_, stream_);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
     cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
-  }
-  if (L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0) {
-    cuda::quantize_q8(g_, 1, F, gq_, stream_);
+    if (down_q8) cuda::quantize_q8(g_, 1, F, gq_, stream_);
   }
   cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
@@ -554,6 +564,24 @@ void CudaBackend::head_row(int row) {
                cfg_.final_logit_softcap, stream_);
 }
 
+// Logs the decode graph's size and how many of its edges are programmatic (PDL) ones.
+void log_graph(cudaGraph_t graph) {
+  size_t n_nodes = 0, n_edges = 0;
+  GEM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
+  GEM_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n_edges));
+  std::vector<cudaGraphNode_t> from(n_edges), to(n_edges);
+  std::vector<cudaGraphEdgeData> data(n_edges);
+  size_t programmatic = 0;
+  if (n_edges > 0) {
+    GEM_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n_edges));
+    for (size_t i = 0; i < n_edges; ++i) {
+      programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic;
+    }
+  }
+  GEM_LOG_INFO("cuda: decode graph of %zu nodes, %zu edges (%zu programmatic)", n_nodes, n_edges,
+               programmatic);
+}
+
 // Enqueues one tile: token ids and pos0 are already in step_dev_.
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
@@ -600,6 +628,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
         GEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         forward_tile(1, true);
         GEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        log_graph(graph);
         GEM_CUDA_CHECK(cudaGraphInstantiate(&decode_graph_, graph, 0));
         cudaGraphDestroy(graph);
       }

@@ -58,15 +58,6 @@ __global__ void embed_kernel(DevMatrix emb, const int32_t* tokens, float scale, 
   }
 }
 
-// Quantises one 32-value block held one value per lane (the whole warp calls it).
-__device__ __forceinline__ void q8_block(float v, int8_t* q, float2* ds, int lane) {
-  const float amax = warp_max(fabsf(v));
-  const float s = amax / 127.0f;
-  const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
-  q[lane] = static_cast<int8_t>(qi);
-  const float qsum = warp_sum(static_cast<float>(qi));
-  if (lane == 0) *ds = make_float2(s, s * qsum);
-}
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float eps, float* y,
                                 Q8Act yq) {
@@ -86,59 +77,88 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
     const float v = xr[c] * inv * (w ? w[c] : 1.0f);
     yr[c] = v;
     if (yq.q) {
-      q8_block(v, yq.q + static_cast<int64_t>(t) * cols + b * 32,
+      q8_block_out(v, yq.q + static_cast<int64_t>(t) * cols + b * 32,
                yq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
     }
   }
 }
 
 // x = (x + rms_norm(a, w_post)) · scale; then h = rms_norm(x, w_next) (+ q8) when w_next.
-// Thread i owns elements i + k·blockDim (k < kResidualPer), loaded once into registers: the
-// whole kernel is one round trip to memory plus three block reductions. Each warp's 32
-// consecutive elements of one k form a q8 block (blockDim is a multiple of 32).
-constexpr int kResidualPer = 8;
-__global__ void residual_kernel(float* x, const float* a, const float* w_post,
-                                const float* out_scale, const float* w_next, int cols, float eps,
-                                float* h, Q8Act hq) {
-  pdl_trigger();
-  pdl_wait();
+// With a == nullptr only the second half runs: h = rms_norm(x, w_next) (+ q8).
+// Thread i owns elements i + k·blockDim (k < kPer). Every input (a, x and both weights) is
+// loaded into registers up front, so the kernel is one round trip to memory plus two block
+// reductions: it runs once or twice per layer in decode, on one block, and its latency is the
+// step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0).
+template <int kPer>
+__global__ void residual_kernel(float* x, const float* __restrict__ a,
+                                const float* __restrict__ w_post, const float* out_scale,
+                                const float* __restrict__ w_next, int cols, float eps,
+                                float* __restrict__ h, Q8Act hq) {
   __shared__ float red[32];
+  pdl_trigger();
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t off = static_cast<int64_t>(t) * cols;
-  float av[kResidualPer], xv[kResidualPer];
-  float ss = 0.0f;
+  float wp[kPer], wn[kPer];
 #pragma unroll
-  for (int k = 0; k < kResidualPer; ++k) {
+  for (int k = 0; k < kPer; ++k) {
     const int c = threadIdx.x + k * blockDim.x;
-    av[k] = c < cols ? a[off + c] : 0.0f;
-    xv[k] = c < cols ? x[off + c] : 0.0f;
-    ss += av[k] * av[k];
+    wp[k] = a && c < cols ? __ldg(w_post + c) : 0.0f;
+    wn[k] = w_next && c < cols ? __ldg(w_next + c) : 0.0f;
   }
-  ss = block_sum(ss, red);
-  const float inv_a = rsqrtf(ss / cols + eps);
-  const float scale = out_scale ? out_scale[0] : 1.0f;
-  float ss2 = 0.0f;
+  pdl_wait();
+  float av[kPer], xv[kPer];
 #pragma unroll
-  for (int k = 0; k < kResidualPer; ++k) {
+  for (int k = 0; k < kPer; ++k) {
     const int c = threadIdx.x + k * blockDim.x;
-    if (c < cols) {
-      xv[k] = (xv[k] + av[k] * inv_a * w_post[c]) * scale;
-      x[off + c] = xv[k];
-      ss2 += xv[k] * xv[k];
+    av[k] = a && c < cols ? a[off + c] : 0.0f;
+    xv[k] = c < cols ? x[off + c] : 0.0f;
+  }
+  if (a) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) ss += av[k] * av[k];
+    ss = block_sum(ss, red);
+    const float inv_a = rsqrtf(ss / cols + eps);
+    const float scale = out_scale ? out_scale[0] : 1.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int c = threadIdx.x + k * blockDim.x;
+      xv[k] = (xv[k] + av[k] * inv_a * wp[k]) * scale;
+      if (c < cols) x[off + c] = xv[k];
     }
   }
   if (!w_next) return;
+  float ss2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) ss2 += xv[k] * xv[k];
   ss2 = block_sum(ss2, red);
   const float inv = rsqrtf(ss2 / cols + eps);
 #pragma unroll
-  for (int k = 0; k < kResidualPer; ++k) {
+  for (int k = 0; k < kPer; ++k) {
     const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
     if (base < cols) {
       const int c = base + lane;
-      const float v = xv[k] * inv * w_next[c];
+      const float v = xv[k] * inv * wn[k];
       h[off + c] = v;
-      if (hq.q) q8_block(v, hq.q + off + base, hq.ds + static_cast<int64_t>(t) * (cols / 32) + base / 32, lane);
+      if (hq.q) q8_block_out(v, hq.q + off + base, hq.ds + static_cast<int64_t>(t) * (cols / 32) + base / 32, lane);
     }
+  }
+}
+
+// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8.
+void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
+                     const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
+                     cudaStream_t s) {
+  const int per = cols <= 4096 ? 4 : 8;
+  const int threads = ((cols + per - 1) / per + 31) / 32 * 32;
+  if (threads > 1024 || cols % 32 != 0) {
+    std::fprintf(stderr, "residual_norm: %d columns (at most 8192, a multiple of 32)\n", cols);
+    std::abort();
+  }
+  if (per == 4) {
+    launch(residual_kernel<4>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
+  } else {
+    launch(residual_kernel<8>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
   }
 }
 
@@ -231,7 +251,7 @@ __global__ void quantize_q8_kernel(const float* x, int cols, Q8Act xq) {
   const int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (b >= cols / 32) return;
   const int64_t off = static_cast<int64_t>(t) * cols;
-  q8_block(x[off + b * 32 + lane], xq.q + off + b * 32,
+  q8_block_out(x[off + b * 32 + lane], xq.q + off + b * 32,
            xq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
 }
 
@@ -271,15 +291,6 @@ int grid_for(int64_t count, int threads) {
 
 int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 128); }
 
-int residual_threads(int cols) {
-  int threads = 128;
-  while (threads < 1024 && threads * kResidualPer < cols) threads *= 2;
-  if (threads * kResidualPer < cols) {
-    std::fprintf(stderr, "residual_norm: %d columns exceed %d\n", cols, 1024 * kResidualPer);
-    std::abort();
-  }
-  return threads;
-}
 
 }  // namespace
 
@@ -299,22 +310,24 @@ void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, floa
 
 void rms_norm(const float* x, const float* w, int n, int cols, float eps, float* y, Q8Act yq,
               cudaStream_t s) {
-  launch(rms_norm_kernel, n, row_threads(cols), 0, s, x, w, cols, eps, y, yq);
+  if (w && cols % 32 == 0 && cols <= 8192) {
+    launch_residual(const_cast<float*>(x), nullptr, nullptr, nullptr, w, n, cols, eps, y, yq, s);
+  } else {
+    launch(rms_norm_kernel, n, row_threads(cols), 0, s, x, w, cols, eps, y, yq);
+  }
   GEM_CUDA_LAUNCHED();
 }
 
 void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
                    int cols, float eps, float* h, Q8Act hq, cudaStream_t s) {
-  launch(residual_kernel, n, residual_threads(cols), 0, s, x, a, w_post, nullptr, w_next, cols, eps,
-                                                       h, hq);
+  launch_residual(x, a, w_post, nullptr, w_next, n, cols, eps, h, hq, s);
   GEM_CUDA_LAUNCHED();
 }
 
 void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                          cudaStream_t s) {
-  launch(residual_kernel, n, residual_threads(cols), 0, s, x, f, w_post, out_scale, w_next, cols, eps,
-                                                       h, hq);
+  launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, s);
   GEM_CUDA_LAUNCHED();
 }
 
