@@ -223,25 +223,8 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   Dev<float2> xds(E / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
-  // Twice with the fused q8 copy of g (the counters must come back zeroed for the second run),
-  // which must equal quantize_q8 of the g it wrote.
-  Dev<int8_t> gq(F), gq_ref(F);
-  Dev<float2> gds(F / 32), gds_ref(F / 32);
-  Dev<unsigned> counters(F / 32);
-  CK(cudaMemset(counters.p, 0, F / 32 * sizeof(unsigned)));
-  for (int rep = 0; rep < 2; ++rep) {
-    CK(cudaMemset(gq.p, 0x55, F));
-    cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, cuda::Q8Act{gq.p, gds.p}, counters.p, nullptr);
-  }
-  cuda::quantize_q8(dy.p, 1, static_cast<int>(F), cuda::Q8Act{gq_ref.p, gds_ref.p}, nullptr);
+  cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(gq.get(), gq_ref.get());
-  const auto fused_ds = gds.get(), ref_ds = gds_ref.get();
-  for (int64_t b = 0; b < F / 32; ++b) {
-    ASSERT_EQ(fused_ds[b].x, ref_ds[b].x) << "block " << b;
-    ASSERT_EQ(fused_ds[b].y, ref_ds[b].y) << "block " << b;
-  }
-  for (unsigned c : counters.get()) ASSERT_EQ(c, 0u);
   const auto y = dy.get();
   int bad = 0;
   for (int64_t i = 0; i < F; ++i) {

@@ -169,12 +169,13 @@ __global__ void attention_merge_kernel(AttnArgs a) {
 
 // ---- Decode: one query per head (n = 1), its own K/V already in the cache ----
 // Block = (KV head g, split), 8 warps. The block's keys pass through shared memory in stages
-// of kDecTileBytes of K and of V (cp.async, double buffered), so the r heads of the group read
+// of kDecTileBytes of K and of V (cp.async, kDecStages deep), so the r heads of the group read
 // each key from device memory once. Warps: r >= 8: warp w owns heads w, w + 8 (kHPW of them)
 // over all keys; r < 8: warp w owns head w % r and every (8/r)-th key, and the warps of a head
 // merge their online-softmax states at the end. Lane l owns elements [l·D/32, (l+1)·D/32).
 constexpr int kDecWarps = 8;
 constexpr int kDecTileBytes = 8192;
+constexpr int kDecStages = 3;  // two tiles in flight while the third is used: 48 KB per block
 constexpr int kDecGroup = 4;  // keys whose dot products are reduced together
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   constexpr int kPL = D / 32;
   constexpr int kRow = D * static_cast<int>(sizeof(T));  // bytes per key row
   constexpr int kKT = kDecTileBytes / kRow;              // keys per stage
-  __shared__ __align__(16) unsigned char smem[2][2][kDecTileBytes];  // [stage][K, V]
+  __shared__ __align__(16) unsigned char smem[kDecStages][2][kDecTileBytes];  // [stage][K, V]
   static_assert(kDecWarps * (D + 2) * 4 <= static_cast<int>(sizeof(smem)), "merge scratch");
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -269,15 +270,24 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     }
     cp_async_commit();
   };
-  if (n_tiles > 0) load_stage(0, kb);
-  for (int it = 0; it < n_tiles; ++it) {
-    const int st = it & 1;
-    if (it + 1 < n_tiles) {
-      load_stage(st ^ 1, kb + (it + 1) * kKT);
-      cp_async_wait<1>();
+  // Every iteration commits one group (empty past the end), so "all but the newest
+  // kDecStages - 1 groups done" always means "tile `it` has landed".
+#pragma unroll
+  for (int s0 = 0; s0 < kDecStages - 1; ++s0) {
+    if (s0 < n_tiles) {
+      load_stage(s0, kb + s0 * kKT);
     } else {
-      cp_async_wait<0>();
+      cp_async_commit();
     }
+  }
+  for (int it = 0; it < n_tiles; ++it) {
+    const int st = it % kDecStages, nxt = it + kDecStages - 1;
+    if (nxt < n_tiles) {
+      load_stage(nxt % kDecStages, kb + nxt * kKT);  // the stage used in iteration it - 1
+    } else {
+      cp_async_commit();
+    }
+    cp_async_wait<kDecStages - 1>();
     __syncthreads();
     const int nk = min(kKT, ke - (kb + it * kKT));
     const T* ks = reinterpret_cast<const T*>(smem[st][0]);

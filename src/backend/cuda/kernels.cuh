@@ -88,10 +88,9 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // With cap > 0 the result is soft-capped (the output head).
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s);
-// Fused FFN for decode: g[t, i] = gelu_tanh(gate[i]·x) · (up[i]·x), gate/up Q4_0. With
-// counters (n·rows/32 zeroed unsigneds, left zeroed) also g8 = q8(g) (rows % 32 == 0).
+// Fused FFN for decode: g[t, i] = gelu_tanh(gate[i]·x) · (up[i]·x), gate/up Q4_0.
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
-                  Q8Act g8, unsigned* counters, cudaStream_t s);
+                  cudaStream_t s);
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);

@@ -186,15 +186,11 @@ __global__ void __launch_bounds__(kQWarps * 32)
   }
 }
 
-// kRows output rows per warp: gelu_tanh(gate·x)·(up·x). With counters, the q8 copy of g (the
-// down product's input) is made here too: each block counts itself done in its 32-row group
-// (after a fence), and the last of the group's blocks quantises the 32 values.
+// kRows output rows per warp: gelu_tanh(gate·x)·(up·x).
 template <int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
-                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g,
-                        Q8Act g8, unsigned* counters) {
-  __shared__ bool last;
+                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
@@ -204,36 +200,18 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const __half* dd[2] = {gd, ud};
   if (row0 < rows) prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   pdl_wait();
-  if (row0 < rows) {
-    const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
-    const float2* ds = xds + static_cast<int64_t>(t) * nb;
-    float acc[2][kRows] = {};
-    accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
+  if (row0 >= rows) return;
+  const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
+  const float2* ds = xds + static_cast<int64_t>(t) * nb;
+  float acc[2][kRows] = {};
+  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
-      if (lane == 0 && row0 + r < rows) {
-        g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
-      }
+  for (int r = 0; r < kRows; ++r) {
+    const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
+    if (lane == 0 && row0 + r < rows) {
+      g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
     }
   }
-  if (!counters) return;
-  // Fused q8 (rows % 32 == 0, 32 % (rows per block) == 0: no warp above returned early).
-  constexpr int kPerGroup = 32 / (kQWarps * kRows);
-  const int64_t group = static_cast<int64_t>(blockIdx.x) / kPerGroup;
-  unsigned* cnt = counters + static_cast<int64_t>(t) * (rows / 32) + group;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // this block's g values before its count
-    last = atomicAdd(cnt, 1u) == kPerGroup - 1;
-  }
-  __syncthreads();
-  if (!last || threadIdx.x >= 32) return;
-  __threadfence();
-  const int64_t off = static_cast<int64_t>(t) * rows + group * 32;
-  q8_block_out(__ldcg(g + off + lane), g8.q + off, g8.ds + static_cast<int64_t>(t) * (rows / 32) + group,
-               lane);
-  if (lane == 0) *cnt = 0;  // ready for the next launch
 }
 
 // One warp per row, f32 activations: F32 or Q6_K weights (the test models' and the Q6_K head).
@@ -333,7 +311,15 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
 
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s) {
-  if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
+  if (w.type == WType::kQ4_0 && w.cols <= 4096) {
+    // Short rows (one round of loads per lane): 4 rows per warp, so that the whole matrix is in
+    // flight in about one wave instead of two.
+    constexpr int kRows = 4;
+    const int64_t rows_per_block = kQWarps * kRows;
+    const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
+    launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
+           static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
+  } else if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
     constexpr int kRows = 2;
     const int64_t rows_per_block = kQWarps * kRows;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
@@ -352,18 +338,12 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
 }
 
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
-                  Q8Act g8, unsigned* counters, cudaStream_t s) {
+                  cudaStream_t s) {
   constexpr int kRows = 2;
   const int64_t rows_per_block = kQWarps * kRows;
-  static_assert(32 % (kQWarps * kRows) == 0, "a q8 group spans whole blocks");
-  if (counters && (gate.rows % 32 != 0 || !g8.q)) {
-    std::fprintf(stderr, "matvec_gated: fused q8 needs rows %% 32 == 0 (%lld) and a q8 buffer\n",
-                 static_cast<long long>(gate.rows));
-    std::abort();
-  }
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s, gate.qs, gate.d, up.qs, up.d,
-         gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g, g8, counters);
+  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
+         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
   GEM_CUDA_LAUNCHED();
 }
 
