@@ -27,11 +27,11 @@ if [ "$mode" = all ] && [ -d .device/llama.cpp ]; then
   (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
      -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
-   cmake --build /tmp/llama-build -j10 --target llama-bench >/tmp/llama-build.log 2>&1;
+   cmake --build /tmp/llama-build -j14 --target llama-bench >/tmp/llama-build.log 2>&1;
    echo "llama build rc=$?" >>/tmp/llama-build.log) &
   llama_pid=$!
   with_llama=1
-  GJ=8
+  GJ=4
 else
   with_llama=0
   GJ=$J
@@ -138,6 +138,6 @@ LB=/tmp/llama-build/bin/llama-bench
 for p in 12b 31b; do
   log "llama-bench $p"
   $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 512,4096 -n 0 2>&1 | grep "|" | tee "$OUT/llama_$p.txt"
-  $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 0 -n 128 -d 0,4096,32768 2>&1 | grep "|" | tee -a "$OUT/llama_$p.txt"
+  $LB -m $M/g$p.gguf -ngl 99 -r 2 -fa 1 -p 0 -n 128 -d 0,4096,32768 2>&1 | grep "|" | tee -a "$OUT/llama_$p.txt"
 done
 log done

@@ -117,54 +117,75 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
   for (int i = 0; i < kPL; ++i) part[2 + lane + 32 * i] = acc[i];
 }
 
-// Merges the splits of one (query, head): block of D threads, thread d owns output element d.
-// The split weights are computed once, in parallel, into shared memory; the weighted sum then
-// skips empty splits and keeps several loads in flight.
+// Merges the splits of one (query, head) for a chunk of 64 output elements (blockIdx.z):
+// thread (dl, sg) owns element dl of the chunk over the splits sg, sg + n_sg, ... with eight
+// loads in flight, and the n_sg partial sums meet in shared memory. (One thread per element over
+// every split was a chain of ~n_splits/4 dependent loads: tens of µs at 264 splits.) The split
+// weights are computed once per block into shared memory; empty splits are never read.
 constexpr int kMaxSplits = 1024;
-__global__ void attention_merge_kernel(AttnArgs a) {
+constexpr int kMergeThreads = 256;
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs a) {
   pdl_trigger();
   pdl_wait();
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
-  const int t = blockIdx.x, j = blockIdx.y, d = threadIdx.x, D = a.head_dim;
+  __shared__ float sums[kMergeThreads];
+  const int t = blockIdx.x, j = blockIdx.y, D = a.head_dim;
+  const int dchunk = D < 64 ? D : 64, n_sg = kMergeThreads / dchunk;
+  const int dl = threadIdx.x % dchunk, sg = threadIdx.x / dchunk;
+  const int d = blockIdx.z * dchunk + dl;
   const int ns = a.n_splits;
   const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * ns * (D + 2);
   float mx = -INFINITY;
-  for (int sp = d; sp < ns; sp += blockDim.x) {
+  for (int sp = threadIdx.x; sp < ns; sp += blockDim.x) {
     if (part[sp * (D + 2) + 1] > 0.0f) mx = fmaxf(mx, part[sp * (D + 2)]);
   }
-  // Block max (through the sum helper's pattern).
   mx = warp_max(mx);
-  if ((d & 31) == 0) red[d >> 5] = mx;
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
   __syncthreads();
   mx = -INFINITY;
   for (int k = 0; k < (static_cast<int>(blockDim.x) >> 5); ++k) mx = fmaxf(mx, red[k]);
   float lsum = 0.0f;
-  for (int sp = d; sp < ns; sp += blockDim.x) {
+  for (int sp = threadIdx.x; sp < ns; sp += blockDim.x) {
     const float l = part[sp * (D + 2) + 1];
     const float ws = l > 0.0f ? expf(part[sp * (D + 2)] - mx) : 0.0f;
     w[sp] = ws;
     lsum += l * ws;
   }
   const float l = block_sum(lsum, red);  // starts with a barrier: w[] is complete after it
-  float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int sp = 0;
-  for (; sp + 4 <= ns; sp += 4) {
+  constexpr int kU = 8;
+  float o = 0.0f;
+  int sp = sg;
+  for (; sp + (kU - 1) * n_sg < ns; sp += kU * n_sg) {
+    float v[kU];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if (w[sp + u] != 0.0f) o[u] += w[sp + u] * part[(sp + u) * (D + 2) + 2 + d];
+    for (int u = 0; u < kU; ++u) {
+      const int q = sp + u * n_sg;
+      v[u] = w[q] != 0.0f ? part[static_cast<int64_t>(q) * (D + 2) + 2 + d] : 0.0f;
     }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) o += w[sp + u * n_sg] * v[u];
   }
-  for (; sp < ns; ++sp) {
-    if (w[sp] != 0.0f) o[0] += w[sp] * part[sp * (D + 2) + 2 + d];
+  for (; sp < ns; sp += n_sg) {
+    if (w[sp] != 0.0f) o += w[sp] * part[static_cast<int64_t>(sp) * (D + 2) + 2 + d];
   }
-  const float v = (o[0] + o[1] + o[2] + o[3]) / l;
+  sums[threadIdx.x] = o;
+  __syncthreads();
+  if (sg != 0) return;
+  float v = 0.0f;
+  for (int k = 0; k < n_sg; ++k) v += sums[k * dchunk + dl];
+  v /= l;
   const int64_t row = static_cast<int64_t>(t) * a.n_heads * D;
   a.out[row + j * D + d] = v;
-  if (a.outq.q) {
+  if (a.outq.q) {  // threads 0 .. dchunk-1: whole warps of 32 consecutive elements
     q8_block_out(v, a.outq.q + row + j * D + (d & ~31), a.outq.ds + row / 32 + (j * D + d) / 32,
                  d & 31);
   }
+}
+
+void launch_merge(const AttnArgs& a, int n, cudaStream_t s) {
+  const int dchunk = a.head_dim < 64 ? a.head_dim : 64;
+  launch(attention_merge_kernel, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads, 0, s, a);
 }
 
 // ---- Decode: one query per head (n = 1), its own K/V already in the cache ----
@@ -455,7 +476,7 @@ void attention(const AttnArgs& a, cudaStream_t s) {
       default: decode_for<512>(a, s); break;
     }
     GEM_CUDA_LAUNCHED();
-    launch(attention_merge_kernel, dim3(1, a.n_heads), a.head_dim, 0, s, a);
+    launch_merge(a, 1, s);
     GEM_CUDA_LAUNCHED();
     return;
   }
@@ -482,7 +503,7 @@ void attention(const AttnArgs& a, cudaStream_t s) {
       std::abort();
   }
   GEM_CUDA_LAUNCHED();
-  launch(attention_merge_kernel, dim3(a.n, a.n_heads), a.head_dim, 0, s, a);
+  launch_merge(a, a.n, s);
   GEM_CUDA_LAUNCHED();
 }
 

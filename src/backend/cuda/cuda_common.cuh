@@ -39,7 +39,8 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Whether launches carry the PDL attribute: on, unless GEM_CUDA_PDL=0 (for measuring it).
+// Whether launches carry the PDL attribute: off unless GEM_CUDA_PDL=1. Measured on the H200
+// (12B decode graph, 434 programmatic edges): 275.7 tok/s with it, 281.5 without.
 bool pdl_enabled();
 
 // Launches `kernel` on `s`, with the PDL attribute when pdl_enabled().

@@ -311,15 +311,7 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
 
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s) {
-  if (w.type == WType::kQ4_0 && w.cols <= 4096) {
-    // Short rows (one round of loads per lane): 4 rows per warp, so that the whole matrix is in
-    // flight in about one wave instead of two.
-    constexpr int kRows = 4;
-    const int64_t rows_per_block = kQWarps * kRows;
-    const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
-    launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
-           static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
-  } else if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
+  if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
     constexpr int kRows = 2;
     const int64_t rows_per_block = kQWarps * kRows;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);

@@ -297,7 +297,7 @@ int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 1
 bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("GEM_CUDA_PDL");
-    return !(e && e[0] == '0');
+    return e != nullptr && e[0] == '1';
   }();
   return on;
 }
