@@ -229,6 +229,13 @@ TEST(OpsFast, AttentionMatchesReference) {
       {1, 32, 4, 256, 0, 300, 300, false}, {33, 4, 1, 64, 16, 16, 100, true},
       {2, 16, 1, 512, 0, 1000, 1000, true},  {300, 4, 2, 32, 0, 600, 600, false},
       {1, 16, 8, 256, 1024, 1024, 5000, false},
+      // Prompt blocks (register tiles need head_dim % 16 == 0): a chunk that holds cached f16
+      // keys and the tile's f32 ones (pos0 = 250), a window shorter than a block's span (rows
+      // that see no key of a chunk the block visits), block and tile remainders, one KV head
+      // of 512, and a head_dim the tiles do not take (the plain path).
+      {40, 16, 8, 256, 24, 300, 250, true},  {70, 16, 1, 512, 0, 200, 230, true},
+      {37, 6, 2, 48, 0, 10, 5, false},       {9, 4, 2, 40, 0, 8, 8, true},
+      {64, 8, 4, 16, 7, 7, 260, true},
   };
   for (const AttnCase& c : cases) run_attention_case(c, pool);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/kv_cache.h"
@@ -59,6 +60,11 @@ class ForwardCpu {
   void linear(const model::TensorView& w, const float* x, int n_tokens, float* y);
   void norm(const float* x, const float* w, int64_t n_rows, int n_cols, float* y);
   void tap(int layer, std::string_view name, const float* data, int n_tokens, int width);
+  // GEM_CPU_PROFILE=1 in the environment: wall time per op, summed over a tile's layers and
+  // printed to stderr after each forward_tile of at least 2 tokens. lap(name) charges the time
+  // since the previous lap to `name`. Off: one branch per op.
+  void lap(std::string_view name);
+  void print_profile(int n_tokens);
 
   const model::Model& model_;
   const model::Config& cfg_;
@@ -68,6 +74,10 @@ class ForwardCpu {
   Activations act_;
   std::vector<std::vector<double>> inv_freq_;  // [n_layers][head_dim/2] RoPE inverse frequencies
   TapFn tap_;
+  bool profile_ = false;
+  bool profiling_ = false;  // this tile
+  double lap_start_ = 0.0;
+  std::vector<std::pair<std::string_view, double>> profile_seconds_;
 };
 
 }  // namespace gem::cpu

@@ -3,6 +3,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "backend/cpu/simd_kernels.h"
 #include "base/check.h"
 #include "base/quant.h"
+#include "base/timer.h"
 
 namespace gem::cpu {
 namespace {
@@ -267,6 +269,8 @@ void scalar_tile_q6_k(const model::TensorView& w, const QuantizedX& x, int64_t r
 
 // ---- The threaded driver ----
 
+std::atomic<int64_t> g_quantize_ns{0};  // matmul_quantize_seconds
+
 // Rows per work unit: a unit's weights (16 rows × at most ~12 KB) stay in L2 while every token
 // tile of a chunk passes over them; a chunk of rounded x stays in L2 while all units of a thread
 // pass over it.
@@ -277,7 +281,10 @@ void run_matmul(const model::TensorView& w, const float* x, int n_tokens, float*
                 ThreadPool& pool, TileFn tile) {
   check_matmul_args(w, n_tokens);
   if (n_tokens == 0 || w.rows == 0) return;
+  const double q0 = now_seconds();
   const QuantizedX qx = quantize_x(w.type, x, w.cols, n_tokens, pool);
+  g_quantize_ns.fetch_add(static_cast<int64_t>((now_seconds() - q0) * 1e9),
+                          std::memory_order_relaxed);
   const int64_t rows = w.rows;
   // Q4_0 under AVX2 reads the pair records (2 bytes per value) instead of qs.
   const int64_t x_bytes_per_token =
@@ -363,6 +370,14 @@ void round_activations(DType weight_type, const float* x, int64_t cols, float* o
   std::vector<int16_t> bs(static_cast<size_t>(cols / 16));
   quantize_token(weight_type, x, cols, q.data(), d.data(), bs.data());
   for (int64_t i = 0; i < cols; ++i) out[i] = static_cast<float>(q[i]) * d[i / block];
+}
+
+double matmul_quantize_seconds(bool reset) {
+  if (reset) {
+    g_quantize_ns.store(0, std::memory_order_relaxed);
+    return 0.0;
+  }
+  return static_cast<double>(g_quantize_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
 
 std::string_view matmul_isa() {

@@ -44,6 +44,10 @@ bool matmul_supports(DType t);
 // each x[i] is replaced with (q·d). F32 weights: a copy. cols must be a multiple of the block.
 void round_activations(DType weight_type, const float* x, int64_t cols, float* out);
 
+// Seconds the calling threads of matmul spent rounding activations (quantize_x) since the last
+// reset; a profiling aid (forward_cpu's GEM_CPU_PROFILE). reset = true zeroes it and returns 0.
+double matmul_quantize_seconds(bool reset = false);
+
 // The instruction set matmul's kernels were compiled for: "avx512", "avx2", "neon" or "scalar".
 std::string_view matmul_isa();
 

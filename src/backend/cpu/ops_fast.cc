@@ -105,14 +105,25 @@ inline void for_visits(std::span<const KvSegment> segments, int begin, int end, 
   }
 }
 
-// Splits the keys visible to a query at q_pos into chunks of kAttnChunk absolute positions:
-// chunk k covers visits ranges[k] .. ranges[k+1]. Returns the number of chunks.
-int chunk_ranges(std::span<const KvSegment> segments, int32_t q_pos, int window, int32_t* ranges) {
+// True when a key at k_pos is visible to at least one of the n_tok query positions.
+inline bool visible_any(const int32_t* q_pos, int n_tok, int32_t k_pos, int window) {
+  for (int t = 0; t < n_tok; ++t) {
+    if (attention_visible(q_pos[t], k_pos, window)) return true;
+  }
+  return false;
+}
+
+// Splits the keys visible to any of the queries at q_pos[0..n_tok) into chunks of kAttnChunk
+// absolute positions: chunk k covers visits ranges[k] .. ranges[k+1]. Returns the number of
+// chunks. For one query, exactly that query's chunks; for several, their union (a query may see
+// no key of some chunk: chunk_partial marks that row empty).
+int chunk_ranges(std::span<const KvSegment> segments, const int32_t* q_pos, int n_tok, int window,
+                 int32_t* ranges) {
   int n = 0, prev = -1, visit = 0, last = 0;
   for (const KvSegment& seg : segments) {
     for (int i = 0; i < seg.n_slots; ++i, ++visit) {
       const int32_t p = seg.slot_pos(seg.slot_at(i));
-      if (!attention_visible(q_pos, p, window)) continue;
+      if (!visible_any(q_pos, n_tok, p, window)) continue;
       const int chunk = p / kAttnChunk;
       if (chunk != prev) {
         ranges[n++] = visit;
@@ -125,60 +136,250 @@ int chunk_ranges(std::span<const KvSegment> segments, int32_t q_pos, int window,
   return n;
 }
 
-// Partial softmax of one chunk for the `group` query heads of KV head g:
-// part[jj] = (max score m, Σ e, Σ e·v) with e = exp(score − m), over the chunk's visible keys.
-// q_g: [group, head_dim].  part: [group, 2 + head_dim].  scores: [group, kAttnChunk].
-void chunk_partial(const float* q_g, int g, int group, int head_dim, int32_t q_pos, int window,
-                   float scale, std::span<const KvSegment> segments, int begin, int end,
-                   float* scores, const void** v_ptr, uint8_t* v_f16, float* part) {
-  int n = 0;
-  for_visits(segments, begin, end, [&](const KvSegment& seg, int s) {
-    if (!attention_visible(q_pos, seg.slot_pos(s), window)) return;
-    const int64_t base = g * seg.head_stride + s * seg.slot_stride;
-    // One K row, every query head of the group (the row stays in L1).
-    for (int jj = 0; jj < group; ++jj) {
-      const float* qj = q_g + static_cast<int64_t>(jj) * head_dim;
-      const float dot = seg.f16 ? dot_f16(qj, static_cast<const uint16_t*>(seg.k) + base, head_dim)
-                                : dot_f32(qj, static_cast<const float*>(seg.k) + base, head_dim);
-      scores[jj * kAttnChunk + n] = dot * scale;
-    }
-    v_ptr[n] = seg.f16 ? static_cast<const void*>(static_cast<const uint16_t*>(seg.v) + base)
-                       : static_cast<const void*>(static_cast<const float*>(seg.v) + base);
-    v_f16[n] = seg.f16 ? 1 : 0;
-    ++n;
-  });
-  const int stride = 2 + head_dim;
-  for (int jj = 0; jj < group; ++jj) {
-    float* sc = scores + jj * kAttnChunk;
-    float* pj = part + jj * stride;
-    float m = sc[0];
-    for (int i = 1; i < n; ++i) m = std::max(m, sc[i]);
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      sc[i] = std::exp(sc[i] - m);
-      sum += sc[i];
-    }
-    pj[0] = m;
-    pj[1] = sum;
-    for (int d = 0; d < head_dim; ++d) pj[2 + d] = 0.0f;
+// One thread's buffers (AttentionScratch::init sizes them).
+struct ThreadBuffers {
+  float* scores;       // [rows, kAttnChunk]
+  float* part;         // [rows, 2 + head_dim]
+  float* run;          // [rows, 2 + head_dim]
+  const void** k_ptr;  // [kAttnChunk] the chunk's K rows, V rows, positions, storage
+  const void** v_ptr;
+  int32_t* k_pos;
+  uint8_t* f16;
+  int32_t* ranges;     // [max_ranges + 1]
+};
+
+ThreadBuffers thread_buffers(AttentionScratch& s, int thread, int head_dim) {
+  ThreadBuffers b;
+  b.scores = s.floats.data() + thread * s.thread_floats;
+  b.part = b.scores + static_cast<int64_t>(s.max_rows) * kAttnChunk;
+  b.run = b.part + static_cast<int64_t>(s.max_rows) * (2 + head_dim);
+  b.k_ptr = s.k_ptr.data() + static_cast<int64_t>(thread) * kAttnChunk;
+  b.v_ptr = s.v_ptr.data() + static_cast<int64_t>(thread) * kAttnChunk;
+  b.k_pos = s.k_pos.data() + static_cast<int64_t>(thread) * kAttnChunk;
+  b.f16 = s.v_f16.data() + static_cast<int64_t>(thread) * kAttnChunk;
+  b.ranges = s.ranges.data() + static_cast<int64_t>(thread) * (s.max_ranges + 1);
+  return b;
+}
+
+// ---- Register tiles of the chunk kernels. Each (query row, key) score is computed with exactly
+// the operations of dot_f32 / dot_f16 (two 8-lane accumulators over 16-value steps, then hsum),
+// and each weighted-V sum with those of axpy (one FMA per key, in key order), so a row's result
+// does not depend on which tile, or which other rows, it was computed with. ----
+#ifdef GEM_OPS_AVX2
+template <bool kF16>
+inline __m256 load_k(const void* row, int i) {
+  if constexpr (kF16) {
+    return load_f16(static_cast<const uint16_t*>(row) + i);
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + i);
   }
-  // One V row, every query head of the group.
-  for (int i = 0; i < n; ++i) {
-    for (int jj = 0; jj < group; ++jj) {
-      float* acc = part + jj * stride + 2;
-      if (v_f16[i]) {
-        axpy_f16(scores[jj * kAttnChunk + i], static_cast<const uint16_t*>(v_ptr[i]), acc, head_dim);
+}
+
+// scores[r * kAttnChunk + j] = scale · q_r·k_j for R rows × K keys.
+template <int R, int K, bool kF16>
+inline void score_tile(const float* const* q, const void* const* k, int head_dim, float scale,
+                       float* scores) {
+  __m256 a0[R][K], a1[R][K];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < K; ++j) a0[r][j] = a1[r][j] = _mm256_setzero_ps();
+  }
+  for (int i = 0; i < head_dim; i += 16) {
+    __m256 qv[R];
+    for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + i);
+    for (int j = 0; j < K; ++j) {
+      const __m256 kv = load_k<kF16>(k[j], i);
+      for (int r = 0; r < R; ++r) a0[r][j] = _mm256_fmadd_ps(qv[r], kv, a0[r][j]);
+    }
+    for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + i + 8);
+    for (int j = 0; j < K; ++j) {
+      const __m256 kv = load_k<kF16>(k[j], i + 8);
+      for (int r = 0; r < R; ++r) a1[r][j] = _mm256_fmadd_ps(qv[r], kv, a1[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < K; ++j) {
+      const float dot = hsum(_mm256_add_ps(a0[r][j], a1[r][j]));
+      scores[r * kAttnChunk + j] = dot * scale;
+    }
+  }
+}
+
+template <int R, bool kF16>
+inline void score_rows(const float* const* q, const void* const* k, int n_keys, int head_dim,
+                       float scale, float* scores) {
+  int j = 0;
+  for (; j + 3 <= n_keys; j += 3) score_tile<R, 3, kF16>(q, k + j, head_dim, scale, scores + j);
+  if (n_keys - j == 2) score_tile<R, 2, kF16>(q, k + j, head_dim, scale, scores + j);
+  if (n_keys - j == 1) score_tile<R, 1, kF16>(q, k + j, head_dim, scale, scores + j);
+}
+
+// acc_r[d0 .. d0+16) += Σ_j e[r * kAttnChunk + j] · v_j[d0 .. d0+16), j in key order, R rows.
+template <int R, bool kF16>
+inline void pv_tile(const float* e, const void* const* v, int n_keys, int d0, float* const* acc) {
+  __m256 a[R][2];
+  for (int r = 0; r < R; ++r) {
+    a[r][0] = _mm256_loadu_ps(acc[r] + d0);
+    a[r][1] = _mm256_loadu_ps(acc[r] + d0 + 8);
+  }
+  for (int j = 0; j < n_keys; ++j) {
+    const __m256 v0 = load_k<kF16>(v[j], d0);
+    const __m256 v1 = load_k<kF16>(v[j], d0 + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 s = _mm256_broadcast_ss(e + r * kAttnChunk + j);
+      a[r][0] = _mm256_fmadd_ps(s, v0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(s, v1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(acc[r] + d0, a[r][0]);
+    _mm256_storeu_ps(acc[r] + d0 + 8, a[r][1]);
+  }
+}
+
+template <bool kF16>
+void chunk_scores(const float* const* q, int n_rows, const void* const* k, int n_keys,
+                  int head_dim, float scale, float* scores) {
+  int r = 0;
+  for (; r + 2 <= n_rows; r += 2) {
+    score_rows<2, kF16>(q + r, k, n_keys, head_dim, scale, scores + r * kAttnChunk);
+  }
+  if (r < n_rows) score_rows<1, kF16>(q + r, k, n_keys, head_dim, scale, scores + r * kAttnChunk);
+}
+
+template <bool kF16>
+void chunk_pv(const float* e, int n_rows, const void* const* v, int n_keys, int head_dim,
+              float* const* acc) {
+  for (int d0 = 0; d0 < head_dim; d0 += 16) {
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) pv_tile<4, kF16>(e + r * kAttnChunk, v, n_keys, d0, acc + r);
+    switch (n_rows - r) {
+      case 3:
+        pv_tile<3, kF16>(e + r * kAttnChunk, v, n_keys, d0, acc + r);
+        break;
+      case 2:
+        pv_tile<2, kF16>(e + r * kAttnChunk, v, n_keys, d0, acc + r);
+        break;
+      case 1:
+        pv_tile<1, kF16>(e + r * kAttnChunk, v, n_keys, d0, acc + r);
+        break;
+      default:
+        break;
+    }
+  }
+}
+#endif  // GEM_OPS_AVX2
+
+// Scores of n_rows query rows against keys [j0, j1) of the chunk (one storage type).
+void scores_run(const float* const* q, int n_rows, const ThreadBuffers& b, int j0, int j1,
+                int head_dim, float scale) {
+#ifdef GEM_OPS_AVX2
+  if (head_dim % 16 == 0) {
+    if (b.f16[j0]) {
+      chunk_scores<true>(q, n_rows, b.k_ptr + j0, j1 - j0, head_dim, scale, b.scores + j0);
+    } else {
+      chunk_scores<false>(q, n_rows, b.k_ptr + j0, j1 - j0, head_dim, scale, b.scores + j0);
+    }
+    return;
+  }
+#endif
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = j0; j < j1; ++j) {
+      const float dot = b.f16[j] ? dot_f16(q[r], static_cast<const uint16_t*>(b.k_ptr[j]), head_dim)
+                                 : dot_f32(q[r], static_cast<const float*>(b.k_ptr[j]), head_dim);
+      b.scores[r * kAttnChunk + j] = dot * scale;
+    }
+  }
+}
+
+// acc rows += weights · V over keys [j0, j1) of the chunk (one storage type).
+void pv_run(float* const* acc, int n_rows, const ThreadBuffers& b, int j0, int j1, int head_dim) {
+#ifdef GEM_OPS_AVX2
+  if (head_dim % 16 == 0) {
+    if (b.f16[j0]) {
+      chunk_pv<true>(b.scores + j0, n_rows, b.v_ptr + j0, j1 - j0, head_dim, acc);
+    } else {
+      chunk_pv<false>(b.scores + j0, n_rows, b.v_ptr + j0, j1 - j0, head_dim, acc);
+    }
+    return;
+  }
+#endif
+  for (int j = j0; j < j1; ++j) {
+    for (int r = 0; r < n_rows; ++r) {
+      const float e = b.scores[r * kAttnChunk + j];
+      if (b.f16[j]) {
+        axpy_f16(e, static_cast<const uint16_t*>(b.v_ptr[j]), acc[r], head_dim);
       } else {
-        axpy_f32(scores[jj * kAttnChunk + i], static_cast<const float*>(v_ptr[i]), acc, head_dim);
+        axpy_f32(e, static_cast<const float*>(b.v_ptr[j]), acc[r], head_dim);
       }
     }
   }
 }
 
-// run <- run ⊕ part (the online-softmax merge), per query head of the group.
-void merge_partial(float* run, const float* part, int group, int head_dim) {
+// Partial softmax of one chunk (visits [begin, end)) of KV head g for n_tok query tokens at
+// q_pos, `group` query rows each (row r = token r / group; q[r] its query vector):
+// part[r] = (max score m, Σ e, Σ e·v) with e = exp(score − m) over the keys row r sees, in visit
+// order. A row that sees no key of the chunk gets m = -inf and Σ e = 0 (skip it when merging).
+// The chunk's keys are those visible to any of the tokens.
+void chunk_partial(const float* const* q, const int32_t* q_pos, int n_tok, int group, int g,
+                   int head_dim, int window, float scale, std::span<const KvSegment> segments,
+                   int begin, int end, const ThreadBuffers& b, float* part) {
+  const int n_rows = n_tok * group;
+  int n = 0;
+  for_visits(segments, begin, end, [&](const KvSegment& seg, int s) {
+    const int32_t p = seg.slot_pos(s);
+    if (!visible_any(q_pos, n_tok, p, window)) return;
+    const int64_t base = g * seg.head_stride + s * seg.slot_stride;
+    b.k_ptr[n] = seg.f16 ? static_cast<const void*>(static_cast<const uint16_t*>(seg.k) + base)
+                         : static_cast<const void*>(static_cast<const float*>(seg.k) + base);
+    b.v_ptr[n] = seg.f16 ? static_cast<const void*>(static_cast<const uint16_t*>(seg.v) + base)
+                         : static_cast<const void*>(static_cast<const float*>(seg.v) + base);
+    b.k_pos[n] = p;
+    b.f16[n] = seg.f16 ? 1 : 0;
+    ++n;
+  });
+  // Runs of one storage type (a chunk may hold cached f16 keys and the tile's f32 ones).
+  for (int j0 = 0; j0 < n;) {
+    int j1 = j0 + 1;
+    while (j1 < n && b.f16[j1] == b.f16[j0]) ++j1;
+    scores_run(q, n_rows, b, j0, j1, head_dim, scale);
+    j0 = j1;
+  }
   const int stride = 2 + head_dim;
-  for (int jj = 0; jj < group; ++jj) {
+  float* acc[kAttnMaxRows];
+  for (int r = 0; r < n_rows; ++r) {
+    float* sc = b.scores + r * kAttnChunk;
+    float* pr = part + r * stride;
+    acc[r] = pr + 2;
+    const int32_t row_pos = q_pos[r / group];
+    float m = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; ++i) {
+      if (attention_visible(row_pos, b.k_pos[i], window)) m = std::max(m, sc[i]);
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      if (attention_visible(row_pos, b.k_pos[i], window)) {
+        sc[i] = std::exp(sc[i] - m);
+        sum += sc[i];
+      } else {
+        sc[i] = 0.0f;  // adds exactly nothing to Σ e·v
+      }
+    }
+    pr[0] = m;
+    pr[1] = sum;
+    for (int d = 0; d < head_dim; ++d) pr[2 + d] = 0.0f;
+  }
+  for (int j0 = 0; j0 < n;) {
+    int j1 = j0 + 1;
+    while (j1 < n && b.f16[j1] == b.f16[j0]) ++j1;
+    pv_run(acc, n_rows, b, j0, j1, head_dim);
+    j0 = j1;
+  }
+}
+
+// run <- run ⊕ part (the online-softmax merge), per query row.
+void merge_partial(float* run, const float* part, int n_rows, int head_dim) {
+  const int stride = 2 + head_dim;
+  for (int jj = 0; jj < n_rows; ++jj) {
     float* r = run + jj * stride;
     const float* c = part + jj * stride;
     const float m = std::max(r[0], c[0]);
@@ -190,10 +391,10 @@ void merge_partial(float* run, const float* part, int group, int head_dim) {
   }
 }
 
-// out[jj] = Σ e·v / Σ e for each query head of the group.  out: [group, head_dim].
-void finish_partial(const float* run, int group, int head_dim, float* out) {
+// out[jj] = Σ e·v / Σ e for each query row.  out: [n_rows, head_dim].
+void finish_partial(const float* run, int n_rows, int head_dim, float* out) {
   const int stride = 2 + head_dim;
-  for (int jj = 0; jj < group; ++jj) {
+  for (int jj = 0; jj < n_rows; ++jj) {
     const float* r = run + jj * stride;
     const float inv_sum = 1.0f / r[1];
     for (int d = 0; d < head_dim; ++d) out[jj * head_dim + d] = r[2 + d] * inv_sum;
@@ -206,20 +407,26 @@ void AttentionScratch::init(int threads, int n_heads, int n_kv_heads_min, int n_
                             int head_dim_max, int max_keys) {
   n_threads = threads;
   max_group = n_heads / std::max(1, n_kv_heads_min);
+  GEM_CHECK(max_group <= kAttnMaxRows, "attention: %d query heads per KV head, at most %d",
+            max_group, kAttnMaxRows);
+  max_rows = std::max(max_group, kAttnBlockRows);
   max_head_dim = head_dim_max;
   max_kv_heads = n_kv_heads_max;
   max_ranges = max_keys / kAttnChunk + 2;
-  thread_floats = static_cast<int64_t>(max_group) * (kAttnChunk + 2 * (2 + max_head_dim));
+  thread_floats = static_cast<int64_t>(max_rows) * (kAttnChunk + 2 * (2 + max_head_dim));
   floats.assign(static_cast<size_t>(n_threads) * thread_floats, 0.0f);
+  k_ptr.assign(static_cast<size_t>(n_threads) * kAttnChunk, nullptr);
   v_ptr.assign(static_cast<size_t>(n_threads) * kAttnChunk, nullptr);
+  k_pos.assign(static_cast<size_t>(n_threads) * kAttnChunk, 0);
   v_f16.assign(static_cast<size_t>(n_threads) * kAttnChunk, 0);
   ranges.assign(static_cast<size_t>(n_threads) * (max_ranges + 1), 0);
   partials.assign(static_cast<size_t>(max_kv_heads) * max_ranges * max_group * (2 + max_head_dim), 0.0f);
 }
 
 uint64_t AttentionScratch::bytes() const {
-  return floats.size() * sizeof(float) + v_ptr.size() * sizeof(void*) + v_f16.size() +
-         ranges.size() * sizeof(int32_t) + partials.size() * sizeof(float);
+  return floats.size() * sizeof(float) + (k_ptr.size() + v_ptr.size()) * sizeof(void*) +
+         k_pos.size() * sizeof(int32_t) + v_f16.size() + ranges.size() * sizeof(int32_t) +
+         partials.size() * sizeof(float);
 }
 
 void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_heads,
@@ -237,35 +444,25 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
                 pool.size() <= scratch.n_threads,
             "attention scratch too small: group %d head_dim %d kv heads %d keys %lld threads %d",
             group, head_dim, n_kv_heads, static_cast<long long>(n_keys), pool.size());
-  auto thread_buffers = [&](int thread, float** scores, float** part, float** run,
-                            const void*** v_ptr, uint8_t** v_f16, int32_t** ranges) {
-    *scores = scratch.floats.data() + thread * scratch.thread_floats;
-    *part = *scores + static_cast<int64_t>(scratch.max_group) * kAttnChunk;
-    *run = *part + static_cast<int64_t>(scratch.max_group) * stride;
-    *v_ptr = scratch.v_ptr.data() + static_cast<int64_t>(thread) * kAttnChunk;
-    *v_f16 = scratch.v_f16.data() + static_cast<int64_t>(thread) * kAttnChunk;
-    *ranges = scratch.ranges.data() + static_cast<int64_t>(thread) * (scratch.max_ranges + 1);
-  };
 
   if (n_tokens == 1) {
     // Decode: too few (token, KV head) pairs to keep the threads busy; split the keys instead.
     int32_t* ranges = scratch.ranges.data();
-    const int n_ranges = chunk_ranges(segments, q_pos[0], window, ranges);
+    const int n_ranges = chunk_ranges(segments, q_pos, 1, window, ranges);
     GEM_CHECK(n_ranges > 0, "query at position %d sees no key", q_pos[0]);
     const int64_t part_floats = static_cast<int64_t>(group) * stride;
     float* partials = scratch.partials.data();
     pool.parallel_for(static_cast<int64_t>(n_kv_heads) * n_ranges, [&](int64_t begin, int64_t end, int thread) {
-      float *scores, *part, *run;
-      const void** v_ptr;
-      uint8_t* v_f16;
-      int32_t* unused;
-      thread_buffers(thread, &scores, &part, &run, &v_ptr, &v_f16, &unused);
+      const ThreadBuffers b = thread_buffers(scratch, thread, head_dim);
       for (int64_t unit = begin; unit < end; ++unit) {
         const int g = static_cast<int>(unit / n_ranges);
         const int k = static_cast<int>(unit % n_ranges);
-        chunk_partial(q + static_cast<int64_t>(g) * group * head_dim, g, group, head_dim, q_pos[0],
-                      window, scale, segments, ranges[k], ranges[k + 1], scores, v_ptr, v_f16,
-                      partials + unit * part_floats);
+        const float* rows[kAttnMaxRows];
+        for (int jj = 0; jj < group; ++jj) {
+          rows[jj] = q + (static_cast<int64_t>(g) * group + jj) * head_dim;
+        }
+        chunk_partial(rows, q_pos, 1, group, g, head_dim, window, scale, segments, ranges[k],
+                      ranges[k + 1], b, partials + unit * part_floats);
       }
     });
     pool.parallel_for(n_kv_heads, [&](int64_t begin, int64_t end, int) {
@@ -278,25 +475,50 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
     return;
   }
 
-  // Prompt tiles: one (token, KV head) per task, its chunks merged in order as they come.
-  pool.parallel_for(static_cast<int64_t>(n_tokens) * n_kv_heads, [&](int64_t begin, int64_t end, int thread) {
-    float *scores, *part, *run;
-    const void** v_ptr;
-    uint8_t* v_f16;
-    int32_t* ranges;
-    thread_buffers(thread, &scores, &part, &run, &v_ptr, &v_f16, &ranges);
+  // Prompt tiles: a task is one KV head and a block of consecutive tokens (about kAttnBlockRows
+  // query rows, so each K/V row loaded serves all of them), its chunks merged in order. Tasks
+  // go latest block first (causal: the latest see the most keys) to whichever thread is free.
+  const int block_tok = std::max(1, kAttnBlockRows / group);
+  const int n_blocks = (n_tokens + block_tok - 1) / block_tok;
+  const int64_t n_units = static_cast<int64_t>(n_blocks) * n_kv_heads;
+  pool.parallel_for_dynamic(n_units, 1, [&](int64_t begin, int64_t end, int slot) {
+    const ThreadBuffers b = thread_buffers(scratch, slot, head_dim);
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int t = static_cast<int>(unit / n_kv_heads);
+      const int blk = n_blocks - 1 - static_cast<int>(unit / n_kv_heads);
       const int g = static_cast<int>(unit % n_kv_heads);
-      const float* q_g = q + (static_cast<int64_t>(t) * n_heads + g * group) * head_dim;
-      const int n_ranges = chunk_ranges(segments, q_pos[t], window, ranges);
-      GEM_CHECK(n_ranges > 0, "query at position %d sees no key", q_pos[t]);
-      for (int k = 0; k < n_ranges; ++k) {
-        chunk_partial(q_g, g, group, head_dim, q_pos[t], window, scale, segments, ranges[k],
-                      ranges[k + 1], scores, v_ptr, v_f16, k == 0 ? run : part);
-        if (k > 0) merge_partial(run, part, group, head_dim);
+      const int t0 = blk * block_tok;
+      const int n_tok = std::min(block_tok, n_tokens - t0);
+      const int n_rows = n_tok * group;
+      const float* rows[kAttnMaxRows];
+      bool started[kAttnMaxRows];
+      for (int r = 0; r < n_rows; ++r) {
+        const int64_t head = static_cast<int64_t>(t0 + r / group) * n_heads + g * group + r % group;
+        rows[r] = q + head * head_dim;
+        started[r] = false;
       }
-      finish_partial(run, group, head_dim, out + (static_cast<int64_t>(t) * n_heads + g * group) * head_dim);
+      const int n_ranges = chunk_ranges(segments, q_pos + t0, n_tok, window, b.ranges);
+      for (int k = 0; k < n_ranges; ++k) {
+        chunk_partial(rows, q_pos + t0, n_tok, group, g, head_dim, window, scale, segments,
+                      b.ranges[k], b.ranges[k + 1], b, b.part);
+        for (int r = 0; r < n_rows; ++r) {
+          const float* pr = b.part + r * stride;
+          float* rr = b.run + r * stride;
+          if (pr[1] == 0.0f) continue;  // row r sees no key of this chunk
+          if (started[r]) {
+            merge_partial(rr, pr, 1, head_dim);
+          } else {
+            std::copy(pr, pr + stride, rr);
+            started[r] = true;
+          }
+        }
+      }
+      for (int r = 0; r < n_rows; ++r) {
+        GEM_CHECK(started[r], "query at position %d sees no key", q_pos[t0 + r / group]);
+      }
+      for (int t = 0; t < n_tok; ++t) {
+        finish_partial(b.run + static_cast<int64_t>(t) * group * stride, group, head_dim,
+                       out + (static_cast<int64_t>(t0 + t) * n_heads + g * group) * head_dim);
+      }
     }
   });
 }

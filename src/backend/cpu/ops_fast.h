@@ -26,18 +26,26 @@ void round_to_f16(float* x, int64_t n);
 // per group), and the partials are merged in position order. The chunking depends only on
 // positions, so the result does not depend on tiling or on how the work is spread over threads.
 constexpr int kAttnChunk = 256;
+// Prompt tiles: query rows (tokens × the query heads of one KV head) per task, so that each K
+// and V row loaded serves that many rows. kAttnMaxRows bounds the rows of one task (and so the
+// query heads per KV head).
+constexpr int kAttnBlockRows = 16;
+constexpr int kAttnMaxRows = 64;
 
 // Scratch of attention_fast, sized once for the largest layer and context.
 struct AttentionScratch {
   int n_threads = 0;
   int max_group = 0;       // query heads per KV head
+  int max_rows = 0;        // query rows of one task: max(max_group, kAttnBlockRows)
   int max_head_dim = 0;
   int max_ranges = 0;      // chunks one query can span
   int max_kv_heads = 0;
   int64_t thread_floats = 0;
   std::vector<float> floats;        // [n_threads, thread_floats]: scores, chunk and running partials
+  std::vector<const void*> k_ptr;   // [n_threads, kAttnChunk] K rows of the current chunk
   std::vector<const void*> v_ptr;   // [n_threads, kAttnChunk] V rows of the current chunk
-  std::vector<uint8_t> v_f16;       // [n_threads, kAttnChunk]
+  std::vector<int32_t> k_pos;       // [n_threads, kAttnChunk] their positions
+  std::vector<uint8_t> v_f16;       // [n_threads, kAttnChunk] their storage (1 = f16)
   std::vector<int32_t> ranges;      // [n_threads, max_ranges + 1] chunk starts (visit indices)
   std::vector<float> partials;      // [max_kv_heads, max_ranges, max_group, 2 + head_dim] (decode)
   void init(int threads, int n_heads, int n_kv_heads_min, int n_kv_heads_max, int head_dim_max,
@@ -46,7 +54,8 @@ struct AttentionScratch {
 };
 
 // attention() of ops_ref.h in float. One token: parallel over (KV head, chunk); several tokens:
-// over (token, KV head). Bit-identical either way.
+// over (KV head, block of tokens), register tiles of query rows × keys. Bit-identical either way:
+// a row's arithmetic does not depend on the rows it is computed with.
 void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_heads,
                     int n_kv_heads, int head_dim, int window, float scale,
                     std::span<const KvSegment> segments, float* out, ThreadPool& pool,
