@@ -56,6 +56,17 @@ TEST(GemCli, InspectRejectsTheAssistantWithTheReason) {
   EXPECT_NE(i.out.find("--mtp"), std::string::npos) << i.out;
 }
 
+// A decode test shorter than the warm-up (4 tokens) must fit the context the tests size: -n 2
+// asks for 2 positions, and the warm-up used to run 4 and fail with "exceed the context".
+TEST(GemCli, BenchShortDecodeFitsItsContext) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::fixture("tiny6-f32.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  CmdResult b = run_gem("bench -m " + path + " -p 0 -n 2 -r 1 --backend cpu -t 1");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("| tg2 |"), std::string::npos) << b.out;
+}
+
 TEST(GemCli, SynthWithAMissingVocabularyFails) {
   ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
   CmdResult s = run_gem("synth --profile tiny -q --vocab /nonexistent/vocab.gguf -o " + test::temp_dir() + "/x.gguf");
