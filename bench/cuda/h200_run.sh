@@ -3,7 +3,8 @@
 #   bench/cuda/h200_run.sh [all|test|quick|dev]
 # test: build, CUDA kernel + end-to-end tests on the tiny fixtures. quick: test, then the 12B's
 # decode figure (gem only). dev: the 12B's decode (PDL on/off), prefill, parity and an ncu
-# per-kernel profile of decode steps. all: also gem synth 12B/31B,
+# per-kernel profile of decode steps. extra: gem serve on cuda (curl smoke) and ncu of the
+# decode attention at depth 32768. all: also gem synth 12B/31B,
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
@@ -87,6 +88,22 @@ if [ "$mode" = quick ]; then
   env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
     build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
   tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
+  log done
+  exit 0
+fi
+if [ "$mode" = extra ]; then
+  # gem serve on the device backend (curl smoke), then the decode attention kernels at depth
+  # 32768 on the 12B under ncu (their own bytes/s).
+  log "serve smoke (cuda)"
+  bash bench/cuda/serve_smoke.sh $GEM $F/tiny-q4_0.gguf cuda 2>&1 | tee "$OUT/serve_smoke.txt"
+  log "synth 12b"
+  $GEM synth --profile 12b -q -o $M/g12b.gguf
+  log "ncu attention at depth 32768"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 300 $NCU --clock-control none --csv --kernel-name regex:"attention_(decode|merge)" \
+    --launch-count 192 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    $GEM bench -m $M/g12b.gguf -p 0 -n 2 -d 32768 -r 1 --backend cuda > "$OUT/ncu_attn_12b.csv" 2> "$OUT/ncu_attn_12b.err"
+  echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_attn_12b.csv")" | tee -a "$OUT/summary.txt"
   log done
   exit 0
 fi
