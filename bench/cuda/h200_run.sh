@@ -71,6 +71,7 @@ log "synth fixtures"
 [ -f $F/tiny-q4_0.gguf ] || $GEM synth --profile tiny -q -o $F/tiny-q4_0.gguf
 [ -f $F/tiny6-f32.gguf ] || $GEM synth --profile tiny6 --layout f32 -q -o $F/tiny6-f32.gguf
 [ -f $F/tiny256-q6_k.gguf ] || $GEM synth --profile tiny256 --embedding q6_k -q -o $F/tiny256-q6_k.gguf
+if [ "$mode" != extra ]; then
 log "kernel tests"
 build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" | tail -40 > "$OUT/kernels_test.txt"
 tail -4 "$OUT/kernels_test.txt" | tee -a "$OUT/summary.txt"
@@ -78,6 +79,7 @@ log "backend tests"
 GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \
   --gtest_filter=-*Synthetic* 2>&1 | grep -vE "^gem info" | tail -120 > "$OUT/backend_test.txt"
 tail -8 "$OUT/backend_test.txt" | tee -a "$OUT/summary.txt"
+fi
 if [ "$mode" = quick ]; then
   # A short device budget: one decode figure on the 12B, no llama.cpp.
   log "synth 12b"
