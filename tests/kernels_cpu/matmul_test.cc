@@ -174,14 +174,16 @@ std::string describe(const Case& c, uint64_t seed, int threads, const char* path
 
 // Shapes: Gemma 4 widths (3840 = 12B n_embd, 5376 = 31B n_embd; both 15/21 super-blocks)
 // and small ones; rows 1, 3, 127, 256, and 5, 19, 37 (not multiples of the 2/4-row tiles or
-// the 16-row work unit); tokens 1, 2, 7 (a 4-token tile plus 3), 64 (more than one token chunk
-// at 5376 cols, and the token-split path when rows < threads).
+// the 16-row work unit); tokens 1, 2, 7 (a 4-token tile plus 3), 64 (the token-split path when
+// rows < threads), 80 at 15360 cols (the 12B's ffn_down width; 37 rows = 3 work units, so 3
+// threads still split rows): several token chunks of up to 1 MiB of rounded x, the last one
+// shorter, for every type.
 // 32-value blocks also get odd block counts (the AVX2 Q4_0 tile works on block pairs and has a
 // separate last-block path) with 1..9 tokens (every tile width and remainder) and odd rows.
 std::vector<Case> cases_for(DType t) {
   std::vector<Case> cases = {{t, 1, 256, 1},   {t, 3, 512, 2},    {t, 127, 256, 7}, {t, 256, 512, 64},
                              {t, 37, 3840, 7}, {t, 19, 5376, 2},  {t, 256, 3840, 1}, {t, 127, 512, 64},
-                             {t, 5, 5376, 64}, {t, 3, 256, 64}};
+                             {t, 5, 5376, 64}, {t, 3, 256, 64},  {t, 37, 15360, 80}};
   if (t != DType::kQ6_K) {
     for (int n = 1; n <= 9; ++n) cases.push_back({t, 5 + 2 * n, 32 * (2 * n + 1), n});
     cases.push_back({t, 3, 32, 1});
