@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -12,7 +13,16 @@
 namespace gem::cuda {
 namespace {
 
-constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge costs more
+constexpr int kMinChunk = 32;
+
+// GEM_CUDA_ATTN_MMA=0 keeps full layers on the CUDA-core decode kernel (for measuring both).
+bool mma_disabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("GEM_CUDA_ATTN_MMA");
+    return e != nullptr && e[0] == '0';
+  }();
+  return off;
+}  // fewest keys per split: below this the merge costs more
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
@@ -420,6 +430,220 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   write_part(heads[0], mx, ll, ac);
 }
 
+// ---- Decode on the tensor cores: groups of 8 or 16 query heads (full layers), f16 cache ----
+// The group's query heads are the 16 rows (zero past r) of an m16n8k16 product: per tile of 16
+// keys every warp computes S = Q·Kᵀ (16 × 16, all of D: the Q fragments live in registers, the
+// K tile is read from shared memory once per warp) and the same online softmax, then its own
+// D/8 output columns of P·V. Per key the shared-memory traffic is ~8 K reads + 1 V read instead
+// of the CUDA-core kernel's 8 K + 8 V, and the FMAs move to the tensor cores. Rows of the
+// staged tiles are padded by 8 halves so that the fragments' loads hit distinct banks; partial
+// tiles are zero-filled (cp.async with no source bytes).
+constexpr int kMmaKeys = 16;
+constexpr int kMmaStages = 3;
+
+template <int D>
+constexpr int mma_smem_bytes() {
+  return kMmaStages * 2 * kMmaKeys * (D + 8) * 2;
+}
+
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(n)
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel(AttnArgs a) {
+  constexpr int kRowH = D + 8;          // halves per staged row
+  constexpr int kKS = D / 16;           // k-steps of S = Q·Kᵀ
+  constexpr int kNB = D / 8 / kDecWarps;  // n-blocks of 8 output columns per warp
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  __half* stage_base = reinterpret_cast<__half*>(dsmem);  // [stage][K|V][16][kRowH]
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = a.n_heads / a.n_kv;
+  const int g = blockIdx.x, split = blockIdx.y;
+  const int qr = lane >> 2, qc = 2 * (lane & 3);  // fragment row and column pair
+  pdl_wait();
+  const int p = a.sp->pos0;
+  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+  const int len = p + 1 - lo;
+  int chunk = (len + a.n_splits - 1) / a.n_splits;
+  chunk = chunk < kMinChunk ? kMinChunk : chunk;
+  const int kb = lo + split * chunk, ke = min(p + 1, kb + chunk);
+  const int n_tiles = kb < ke ? (ke - kb + kMmaKeys - 1) / kMmaKeys : 0;
+
+  // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8).
+  uint32_t qa[kKS][4];
+  {
+    const float* q0 = a.q + static_cast<int64_t>(g * r + qr) * D;
+    const float* q8 = a.q + static_cast<int64_t>(g * r + qr + 8) * D;
+    const bool has8 = qr + 8 < r;
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+      const int c = ks * 16 + qc;
+      qa[ks][0] = pack_half2(q0[c], q0[c + 1]);
+      qa[ks][1] = has8 ? pack_half2(q8[c], q8[c + 1]) : 0u;
+      qa[ks][2] = pack_half2(q0[c + 8], q0[c + 9]);
+      qa[ks][3] = has8 ? pack_half2(q8[c + 8], q8[c + 9]) : 0u;
+    }
+  }
+  float acc[kNB][4];
+#pragma unroll
+  for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows qr, qr + 8
+
+  const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  constexpr int kChunks = D / 8;  // 16-byte pieces per row
+  auto load_stage = [&](int stage, int k0) {
+    __half* ks = stage_base + static_cast<int64_t>(stage) * 2 * kMmaKeys * kRowH;
+    __half* vs = ks + kMmaKeys * kRowH;
+    for (int c = threadIdx.x; c < kMmaKeys * kChunks; c += kDecWarps * 32) {
+      const int kk = c / kChunks, off = (c % kChunks) * 8;
+      const int kp = k0 + kk;
+      const bool valid = kp < ke;
+      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
+      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
+      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s0 = 0; s0 < kMmaStages - 1; ++s0) {
+    if (s0 < n_tiles) {
+      load_stage(s0, kb + s0 * kMmaKeys);
+    } else {
+      cp_async_commit();
+    }
+  }
+  for (int it = 0; it < n_tiles; ++it) {
+    const int nxt = it + kMmaStages - 1;
+    if (nxt < n_tiles) {
+      load_stage(nxt % kMmaStages, kb + nxt * kMmaKeys);
+    } else {
+      cp_async_commit();
+    }
+    cp_async_wait<kMmaStages - 1>();
+    __syncthreads();
+    const __half* ks = stage_base + static_cast<int64_t>(it % kMmaStages) * 2 * kMmaKeys * kRowH;
+    const __half* vs = ks + kMmaKeys * kRowH;
+    const int nk = min(kMmaKeys, ke - (kb + it * kMmaKeys));
+    // S (16 rows × 16 keys): two n-blocks of 8 keys. B (col-major k × n) = K rows.
+    float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+      const __half* krow = ks + (nb * 8 + qr) * kRowH + qc;
+#pragma unroll
+      for (int kq = 0; kq < kKS; ++kq) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + kq * 16);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 8);
+        mma16816(sc[nb], qa[kq], b0, b1);
+      }
+    }
+    // Online softmax over the tile's valid keys (columns nb·8 + qc, + 1).
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = nb * 8 + qc + e < nk;
+        sc[nb][e] = ok ? sc[nb][e] : -INFINITY;
+        sc[nb][2 + e] = ok ? sc[nb][2 + e] : -INFINITY;
+        mx0 = fmaxf(mx0, sc[nb][e]);
+        mx1 = fmaxf(mx1, sc[nb][2 + e]);
+      }
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+    const float c0 = expf(m0 - mx0), c1 = expf(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int j = 0; j < kNB; ++j) {
+      acc[j][0] *= c0;
+      acc[j][1] *= c0;
+      acc[j][2] *= c1;
+      acc[j][3] *= c1;
+    }
+    float pr[2][4];
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        pr[nb][e] = expf(sc[nb][e] - m0);  // -inf (masked) gives 0
+        pr[nb][2 + e] = expf(sc[nb][2 + e] - m1);
+        l0 += pr[nb][e];
+        l1 += pr[nb][2 + e];
+      }
+    }
+    // P as the A fragment (rows × 16 keys), then O += P·V over this warp's columns. B = V tile
+    // (row-major keys × columns) through ldmatrix.trans: lanes 0-15 give the rows of keys 0-15.
+    uint32_t pa[4] = {pack_half2(pr[0][0], pr[0][1]), pack_half2(pr[0][2], pr[0][3]),
+                      pack_half2(pr[1][0], pr[1][1]), pack_half2(pr[1][2], pr[1][3])};
+#pragma unroll
+    for (int j = 0; j < kNB; ++j) {
+      const int col = warp * (D / kDecWarps) + j * 8;
+      const __half* vrow = vs + (lane & 15) * kRowH + col;
+      const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(vrow));
+      uint32_t b0, b1;
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                   : "=r"(b0), "=r"(b1)
+                   : "r"(addr));
+      mma16816(acc[j], pa, b0, b1);
+    }
+    __syncthreads();  // the stage is refilled next iteration
+  }
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+  }
+  // Parts of the group's r heads: rows qr (and qr + 8 when r = 16).
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = qr + 8 * half;
+    if (row >= r) continue;
+    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
+    if (warp == 0 && (lane & 3) == 0) {
+      part[0] = half ? m1 : m0;
+      part[1] = half ? l1 : l0;
+    }
+#pragma unroll
+    for (int j = 0; j < kNB; ++j) {
+      const int col = warp * (D / kDecWarps) + j * 8 + qc;
+      part[2 + col] = acc[j][2 * half];
+      part[2 + col + 1] = acc[j][2 * half + 1];
+    }
+  }
+}
+
+template <int D>
+void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
+  launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,
+         static_cast<size_t>(mma_smem_bytes<D>()), s, a);
+}
+
 template <int D, typename T>
 void launch_decode(const AttnArgs& a, cudaStream_t s) {
   const int r = a.n_heads / a.n_kv;
@@ -455,6 +679,24 @@ size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits) {
   return static_cast<size_t>(n) * n_heads * n_splits * (head_dim + 2);
 }
 
+void attention_setup() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  GEM_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<256>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      mma_smem_bytes<256>()));
+  GEM_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<512>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      mma_smem_bytes<512>()));
+}
+
+bool attention_decode_uses_mma(const AttnArgs& a) {
+  const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
+  return attention_decode_supported(a) && a.f16 && (r == 8 || r == 16) &&
+         (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
+}
+
 bool attention_decode_supported(const AttnArgs& a) {
   const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
   const bool pow2_dim = a.head_dim >= 32 && a.head_dim <= 512 && (a.head_dim & (a.head_dim - 1)) == 0;
@@ -466,6 +708,18 @@ void attention(const AttnArgs& a, cudaStream_t s) {
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();
+  }
+  if (attention_decode_uses_mma(a)) {
+    attention_setup();
+    if (a.head_dim == 256) {
+      launch_decode_mma<256>(a, s);
+    } else {
+      launch_decode_mma<512>(a, s);
+    }
+    GEM_CUDA_LAUNCHED();
+    launch_merge(a, 1, s);
+    GEM_CUDA_LAUNCHED();
+    return;
   }
   if (attention_decode_supported(a)) {
     switch (a.head_dim) {

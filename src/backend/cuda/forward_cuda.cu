@@ -277,6 +277,7 @@ Status CudaBackend::init() {
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   GEM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, 0));
+  cuda::attention_setup();  // kernel attributes: before the decode graph is captured
 
   if (opt_.n_ctx <= 0 || opt_.n_tile <= 0) {
     return errorf("cuda: n_ctx (%d) and n_tile (%d) must be positive", opt_.n_ctx, opt_.n_tile);

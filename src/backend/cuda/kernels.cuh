@@ -131,6 +131,11 @@ void attention(const AttnArgs& a, cudaStream_t s);
 // Whether attention() takes the decode kernel for these arguments (n = 1, tile_in_cache, a
 // group of 1, 2, 4, 8 or 16 heads per KV head).
 bool attention_decode_supported(const AttnArgs& a);
+// Whether that decode takes the tensor-core form (f16 cache, 8 or 16 heads per KV head, D 256
+// or 512; GEM_CUDA_ATTN_MMA=0 turns it off).
+bool attention_decode_uses_mma(const AttnArgs& a);
+// One-time kernel attributes (the tensor-core decode's shared memory); call outside graph capture.
+void attention_setup();
 
 // ---- attention_prefill.cu ----
 // The same attention for a prompt tile, on the tensor cores through cuBLAS (see the file).
