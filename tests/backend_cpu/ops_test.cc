@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -264,6 +266,39 @@ TEST(OpsFast, NormGeluDotMatchReference) {
     EXPECT_NEAR(dot_f32(x.data(), w.data(), cols), d32, 1e-4 * (1 + std::fabs(d32)));
     EXPECT_NEAR(dot_f16(x.data(), w16.data(), cols), d16, 1e-4 * (1 + std::fabs(d16)));
   }
+}
+
+// round_to_f16 (vectorised) against the scalar definition f16 -> f32 of f32_to_fp16, bit for bit:
+// random bit patterns (every exponent: f16 normals, subnormals, underflow to 0, overflow to inf)
+// plus the rounding ties and boundaries; NaN must stay NaN. Odd length: the scalar tail too.
+TEST(OpsFast, RoundToF16MatchesScalar) {
+  std::mt19937 rng(31);
+  std::vector<uint32_t> bits(100003);
+  for (auto& b : bits) b = static_cast<uint32_t>(rng());
+  const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x33000000u, 0x33000001u, 0x337FFFFFu,
+                            0x38800000u, 0x387FFFFFu, 0x3F801000u, 0x3F803000u, 0x3F801001u,
+                            0x477FEFFFu, 0x477FF000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                            0x7F800001u, 0x33800000u, 0x33C00000u, 0x34200000u, 0xB3C00000u};
+  for (size_t i = 0; i < std::size(edges); ++i) bits[i * 7] = edges[i];
+  std::vector<float> x(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&x[i], &bits[i], 4);
+  std::vector<float> got = x;
+  round_to_f16(got.data(), static_cast<int64_t>(got.size()));
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = fp16_to_f32(f32_to_fp16(x[i]));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[i])) << i;
+      continue;
+    }
+    uint32_t gw, ww;
+    std::memcpy(&gw, &got[i], 4);
+    std::memcpy(&ww, &want, 4);
+    if (gw != ww && bad++ < 5) {
+      ADD_FAILURE() << "input 0x" << std::hex << bits[i] << ": got 0x" << gw << " want 0x" << ww;
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(OpsFast, GeluOverItsWholeRange) {
