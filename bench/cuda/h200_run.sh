@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session for the CUDA backend (run from the repository root on the device):
-#   bench/cuda/h200_run.sh [all|test|quick|dev]
+#   bench/cuda/h200_run.sh [all|test|quick|dev|extra|build]
 # test: build, CUDA kernel + end-to-end tests on the tiny fixtures. quick: test, then the 12B's
 # decode figure (gem only). dev: the 12B's decode (PDL on/off), prefill, parity and an ncu
 # per-kernel profile of decode steps. extra: gem serve on cuda (curl smoke) and ncu of the
@@ -71,6 +71,7 @@ log "synth fixtures"
 [ -f $F/tiny-q4_0.gguf ] || $GEM synth --profile tiny -q -o $F/tiny-q4_0.gguf
 [ -f $F/tiny6-f32.gguf ] || $GEM synth --profile tiny6 --layout f32 -q -o $F/tiny6-f32.gguf
 [ -f $F/tiny256-q6_k.gguf ] || $GEM synth --profile tiny256 --embedding q6_k -q -o $F/tiny256-q6_k.gguf
+[ "$mode" = build ] && { log "built (build mode: no tests)"; exit 0; }
 if [ "$mode" != extra ]; then
 log "kernel tests"
 build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" | tail -40 > "$OUT/kernels_test.txt"
