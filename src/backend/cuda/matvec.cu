@@ -3,8 +3,6 @@
 // dequantisation that feeds cuBLAS in prefill.
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -302,16 +300,6 @@ __global__ void repack_kernel(const uint8_t* raw, int64_t n_blocks, bool q8, uin
   }
 }
 
-// Twice the loads in flight per lane (8 blocks for long Q4_0 rows, 4 per matrix in the gated
-// product) when GEM_CUDA_MV_DEEP=1: being measured against the default.
-bool deep_loads() {
-  static const bool on = [] {
-    const char* e = std::getenv("GEM_CUDA_MV_DEEP");
-    return e != nullptr && e[0] == '1';
-  }();
-  return on;
-}
-
 }  // namespace
 
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
@@ -327,10 +315,7 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     constexpr int kRows = 2;
     const int64_t rows_per_block = kQWarps * kRows;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
-    if (w.type == WType::kQ4_0 && w.cols > 4096 && deep_loads()) {
-      launch(matvec_q_kernel<false, kRows, 8>, grid, kQWarps * 32, 0, s,
-             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
-    } else if (w.type == WType::kQ4_0) {
+    if (w.type == WType::kQ4_0) {
       launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s,
              w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
     } else {
@@ -349,13 +334,8 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
   constexpr int kRows = 2;
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  if (deep_loads()) {
-    launch(matvec_gated_kernel<kRows, 4>, grid, kQWarps * 32, 0, s,
-           gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
-  } else {
-    launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
-           gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
-  }
+  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
+         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
   GEM_CUDA_LAUNCHED();
 }
 
