@@ -28,16 +28,6 @@ using cuda::DevMatrix;
 using cuda::Q8Act;
 using cuda::WType;
 
-#define GEM_CUBLAS_CHECK(expr)                                                         \
-  do {                                                                                 \
-    cublasStatus_t gem_st_ = (expr);                                                   \
-    if (gem_st_ != CUBLAS_STATUS_SUCCESS) {                                            \
-      std::fprintf(stderr, "%s:%d: cuBLAS error %d: %s\n", __FILE__, __LINE__,          \
-                   static_cast<int>(gem_st_), #expr);                                  \
-      std::abort();                                                                    \
-    }                                                                                  \
-  } while (0)
-
 struct DevLayer {
   DevMatrix qkv;   // [q | k | v] rows concatenated (v absent on full layers: V is raw K)
   DevMatrix wo;    // [n_embd, n_heads·D]

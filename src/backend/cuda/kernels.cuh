@@ -8,6 +8,20 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+// cuBLAS failures are programming errors (bad shapes or handles), like launch errors: abort with
+// the place.
+#define GEM_CUBLAS_CHECK(expr)                                                         \
+  do {                                                                                 \
+    cublasStatus_t gem_st_ = (expr);                                                   \
+    if (gem_st_ != CUBLAS_STATUS_SUCCESS) {                                            \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %d: %s\n", __FILE__, __LINE__,          \
+                   static_cast<int>(gem_st_), #expr);                                  \
+      std::abort();                                                                    \
+    }                                                                                  \
+  } while (0)
 
 namespace gem::cuda {
 
