@@ -418,6 +418,39 @@ TEST(GetRow, BitExactAgainstFixture) {
   EXPECT_EQ(n_tensors, 6);
 }
 
+// The vector rounding matmul runs is round_activations bit for bit: random blocks of every
+// magnitude, an all-zero block, a block with one non-zero value, and exact .5 ties (amax 127,
+// so x·127/amax = x: 2.5 -> 2, 3.5 -> 4, -0.5 -> -0).
+TEST(Matmul, SimdRoundingIsRoundActivations) {
+  std::mt19937_64 rng(base_seed() + 77);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const int64_t cols = 3840;
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) x[i] = std::ldexp(n(rng), static_cast<int>((i / 32) % 13) - 6);
+  for (int64_t i = 0; i < 32; ++i) x[32 + i] = 0.0f;
+  for (int64_t i = 0; i < 32; ++i) x[64 + i] = i == 9 ? -3.0f : 0.0f;
+  for (int64_t i = 0; i < 32; ++i) {
+    x[96 + i] = i == 0 ? 127.0f : (i % 2 ? 0.5f : 1.0f) + static_cast<float>(i);
+  }
+  x[96 + 5] = -0.5f;
+  for (DType t : {DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ6_K}) {
+    std::vector<float> want(x.size()), got(x.size());
+    round_activations(t, x.data(), cols, want.data());
+    round_activations_simd(t, x.data(), cols, got.data());
+    int bad = 0;
+    for (int64_t i = 0; i < cols; ++i) {
+      uint32_t gw, ww;
+      std::memcpy(&gw, &got[i], 4);
+      std::memcpy(&ww, &want[i], 4);
+      if (gw != ww && bad++ < 5) {
+        ADD_FAILURE() << dtype_name(t) << " element " << i << ": got " << got[i] << " want "
+                      << want[i];
+      }
+    }
+    EXPECT_EQ(bad, 0) << dtype_name(t);
+  }
+}
+
 TEST(Matmul, ReportsIsa) {
   const std::string_view isa = matmul_isa();
   EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "neon" || isa == "scalar") << isa;

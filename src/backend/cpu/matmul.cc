@@ -13,6 +13,10 @@
 #include "base/quant.h"
 #include "base/timer.h"
 
+#ifdef GEM_CPU_AVX2
+#include <immintrin.h>
+#endif
+
 namespace gem::cpu {
 namespace {
 
@@ -72,6 +76,39 @@ inline float quantize_block32(const float* x, int8_t* q) {
   return fp16_to_f32(f32_to_fp16(amax / 127.0f));
 }
 
+#ifdef GEM_CPU_AVX2
+// quantize_block32 eight lanes at a time: the same amax, the same products x·id and the same
+// nearest-even rounding (vcvtps2dq under the default rounding mode, as nearbyint), so the same
+// codes and scale, bit for bit (round_activations_simd is tested against round_activations).
+inline float quantize_block32_avx2(const float* x, int8_t* q) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
+  const __m256 m01 = _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask));
+  const __m256 m23 = _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask));
+  const __m256 m = _mm256_max_ps(m01, m23);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  __m256i c[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+    c[i] = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+  }
+  // packs interleave the 128-bit lanes: restore element order with one dword permutation.
+  const __m256i p8 =
+      _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i ordered = _mm256_permutevar8x32_epi32(p8, order);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  return fp16_to_f32(f32_to_fp16(amax / 127.0f));
+}
+#endif
+
 // One 256-value block, as llama.cpp's quantize_row_q8_K_ref: m = the value of largest |x|,
 // q = nearest-even(x·(-127/m)) (at most 127), d = 1/(-127/m).
 inline float quantize_block256(const float* x, int8_t* q, int16_t* bsums) {
@@ -110,14 +147,23 @@ struct XBuffers {
 };
 thread_local XBuffers t_xbuf;
 
-void quantize_token(DType wt, const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bs) {
+// simd: the fast path's vector rounding where built (same bits as the scalar one).
+void quantize_token(DType wt, const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bs,
+                    bool simd) {
   if (wt == DType::kQ6_K) {
     for (int64_t b = 0; b < cols / 256; ++b) {
       d[b] = quantize_block256(x + 256 * b, qs + 256 * b, bs + 16 * b);
     }
-  } else {
-    for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32(x + 32 * b, qs + 32 * b);
+    return;
   }
+#ifdef GEM_CPU_AVX2
+  if (simd) {
+    for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32_avx2(x + 32 * b, qs + 32 * b);
+    return;
+  }
+#endif
+  (void)simd;
+  for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32(x + 32 * b, qs + 32 * b);
 }
 
 // One token's Q4_0 pair records (simd_kernels.h) from its rounded blocks.
@@ -167,7 +213,8 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
   const int64_t nb = q.n_blocks;
   auto rows = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
-      quantize_token(wt, x + t * cols, cols, qs + t * cols, d + t * nb, bs + t * (cols / 16));
+      quantize_token(wt, x + t * cols, cols, qs + t * cols, d + t * nb, bs + t * (cols / 16),
+                     /*simd=*/true);
       if (pairs) build_q4_pairs(qs + t * cols, d + t * nb, nb, pr + t * np);
     }
   };
@@ -363,7 +410,9 @@ void get_row(const model::TensorView& w, int64_t row, float* out) {
   dequant_row(w, row, out);
 }
 
-void round_activations(DType weight_type, const float* x, int64_t cols, float* out) {
+namespace {
+void round_activations_impl(DType weight_type, const float* x, int64_t cols, float* out,
+                            bool simd) {
   if (weight_type == DType::kF32) {
     std::memcpy(out, x, static_cast<size_t>(cols) * sizeof(float));
     return;
@@ -374,8 +423,17 @@ void round_activations(DType weight_type, const float* x, int64_t cols, float* o
   std::vector<int8_t> q(static_cast<size_t>(cols));
   std::vector<float> d(static_cast<size_t>(cols / block));
   std::vector<int16_t> bs(static_cast<size_t>(cols / 16));
-  quantize_token(weight_type, x, cols, q.data(), d.data(), bs.data());
+  quantize_token(weight_type, x, cols, q.data(), d.data(), bs.data(), simd);
   for (int64_t i = 0; i < cols; ++i) out[i] = static_cast<float>(q[i]) * d[i / block];
+}
+}  // namespace
+
+void round_activations(DType weight_type, const float* x, int64_t cols, float* out) {
+  round_activations_impl(weight_type, x, cols, out, /*simd=*/false);
+}
+
+void round_activations_simd(DType weight_type, const float* x, int64_t cols, float* out) {
+  round_activations_impl(weight_type, x, cols, out, /*simd=*/true);
 }
 
 double matmul_quantize_seconds(bool reset) {

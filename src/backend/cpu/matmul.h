@@ -43,6 +43,9 @@ bool matmul_supports(DType t);
 // The fast path's activation rounding for weights of type `weight_type`: out[cols] is the value
 // each x[i] is replaced with (q·d). F32 weights: a copy. cols must be a multiple of the block.
 void round_activations(DType weight_type, const float* x, int64_t cols, float* out);
+// The same through the rounding code matmul runs (SIMD where built); equal to round_activations
+// bit for bit (the test of the vector rounding).
+void round_activations_simd(DType weight_type, const float* x, int64_t cols, float* out);
 
 // Seconds the calling threads of matmul spent rounding activations (quantize_x) since the last
 // reset; a profiling aid (forward_cpu's GEM_CPU_PROFILE). reset = true zeroes it and returns 0.
