@@ -249,6 +249,49 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, float (&out)[k
   }
 }
 
+// The key range [kb, ke) of one split for the decode query at pos0 (n = 1): the visible range
+// cut into n_splits chunks of at least kMinChunk keys.
+struct SplitRange {
+  int kb, ke;
+};
+__device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int split) {
+  const int p = a.sp->pos0;
+  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+  const int len = p + 1 - lo;
+  int chunk = (len + a.n_splits - 1) / a.n_splits;
+  chunk = chunk < kMinChunk ? kMinChunk : chunk;
+  const int kb = lo + split * chunk;
+  return {kb, min(p + 1, kb + chunk)};
+}
+
+// The cp.async schedule of the decode kernels, kStages deep: stages_begin requests tiles
+// 0 .. kStages-2; stages_next(it) requests tile it + kStages - 1 into the stage tile it - 1 used
+// (an empty group past the end, so that "all but the newest kStages - 1 groups done" always
+// means "tile it has landed"), waits for tile it and syncs the block. load(stage, tile) issues
+// one tile's copies and commits them.
+template <int kStages, typename Load>
+__device__ __forceinline__ void stages_begin(int n_tiles, Load&& load) {
+#pragma unroll
+  for (int s0 = 0; s0 < kStages - 1; ++s0) {
+    if (s0 < n_tiles) {
+      load(s0, s0);
+    } else {
+      cp_async_commit();
+    }
+  }
+}
+template <int kStages, typename Load>
+__device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
+  const int nxt = it + kStages - 1;
+  if (nxt < n_tiles) {
+    load(nxt % kStages, nxt);
+  } else {
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 1>();
+  __syncthreads();
+}
+
 template <int D, typename T, int kHPW>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
   constexpr int kPL = D / 32;
@@ -266,12 +309,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
 #pragma unroll
   for (int h = 0; h < kHPW; ++h) heads[h] = g * r + (wide ? warp + kDecWarps * h : warp % r);
   pdl_wait();
-  const int p = a.sp->pos0;
-  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
-  const int len = p + 1 - lo;
-  int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < kMinChunk ? kMinChunk : chunk;
-  const int kb = lo + split * chunk, ke = min(p + 1, kb + chunk);  // keys [kb, ke)
+  const SplitRange range = decode_split_range(a, split);
+  const int kb = range.kb, ke = range.ke;  // keys [kb, ke)
   const int n_tiles = kb < ke ? (ke - kb + kKT - 1) / kKT : 0;
 
   float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
@@ -290,7 +329,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
                             static_cast<int64_t>(g) * a.n_slots * kRow;
   const unsigned char* vc = static_cast<const unsigned char*>(a.v_cache) +
                             static_cast<int64_t>(g) * a.n_slots * kRow;
-  auto load_stage = [&](int stage, int k0) {
+  auto load_stage = [&](int stage, int tile) {
+    const int k0 = kb + tile * kKT;
     const int nk = min(kKT, ke - k0);
     for (int c = threadIdx.x; c < nk * (kRow / 16); c += kDecWarps * 32) {
       const int kk = c / (kRow / 16), off = (c % (kRow / 16)) * 16;
@@ -301,25 +341,10 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     }
     cp_async_commit();
   };
-  // Every iteration commits one group (empty past the end), so "all but the newest
-  // kDecStages - 1 groups done" always means "tile `it` has landed".
-#pragma unroll
-  for (int s0 = 0; s0 < kDecStages - 1; ++s0) {
-    if (s0 < n_tiles) {
-      load_stage(s0, kb + s0 * kKT);
-    } else {
-      cp_async_commit();
-    }
-  }
+  stages_begin<kDecStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
-    const int st = it % kDecStages, nxt = it + kDecStages - 1;
-    if (nxt < n_tiles) {
-      load_stage(nxt % kDecStages, kb + nxt * kKT);  // the stage used in iteration it - 1
-    } else {
-      cp_async_commit();
-    }
-    cp_async_wait<kDecStages - 1>();
-    __syncthreads();
+    const int st = it % kDecStages;
+    stages_next<kDecStages>(it, n_tiles, load_stage);
     const int nk = min(kKT, ke - (kb + it * kKT));
     const T* ks = reinterpret_cast<const T*>(smem[st][0]);
     const T* vs = reinterpret_cast<const T*>(smem[st][1]);
@@ -480,12 +505,8 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const int g = blockIdx.x, split = blockIdx.y;
   const int qr = lane >> 2, qc = 2 * (lane & 3);  // fragment row and column pair
   pdl_wait();
-  const int p = a.sp->pos0;
-  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
-  const int len = p + 1 - lo;
-  int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < kMinChunk ? kMinChunk : chunk;
-  const int kb = lo + split * chunk, ke = min(p + 1, kb + chunk);
+  const SplitRange range = decode_split_range(a, split);
+  const int kb = range.kb, ke = range.ke;
   const int n_tiles = kb < ke ? (ke - kb + kMmaKeys - 1) / kMmaKeys : 0;
 
   // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8).
@@ -511,7 +532,8 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
-  auto load_stage = [&](int stage, int k0) {
+  auto load_stage = [&](int stage, int tile) {
+    const int k0 = kb + tile * kMmaKeys;
     __half* ks = stage_base + static_cast<int64_t>(stage) * 2 * kMmaKeys * kRowH;
     __half* vs = ks + kMmaKeys * kRowH;
     for (int c = threadIdx.x; c < kMmaKeys * kChunks; c += kDecWarps * 32) {
@@ -524,23 +546,9 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
     }
     cp_async_commit();
   };
-#pragma unroll
-  for (int s0 = 0; s0 < kMmaStages - 1; ++s0) {
-    if (s0 < n_tiles) {
-      load_stage(s0, kb + s0 * kMmaKeys);
-    } else {
-      cp_async_commit();
-    }
-  }
+  stages_begin<kMmaStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
-    const int nxt = it + kMmaStages - 1;
-    if (nxt < n_tiles) {
-      load_stage(nxt % kMmaStages, kb + nxt * kMmaKeys);
-    } else {
-      cp_async_commit();
-    }
-    cp_async_wait<kMmaStages - 1>();
-    __syncthreads();
+    stages_next<kMmaStages>(it, n_tiles, load_stage);
     const __half* ks = stage_base + static_cast<int64_t>(it % kMmaStages) * 2 * kMmaKeys * kRowH;
     const __half* vs = ks + kMmaKeys * kRowH;
     const int nk = min(kMmaKeys, ke - (kb + it * kMmaKeys));

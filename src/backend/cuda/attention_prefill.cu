@@ -19,18 +19,26 @@ namespace {
 __device__ __forceinline__ void store_as(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_as(__half* p, float v) { *p = __float2half_rn(v); }
 
-// qp[g][t][j][d] = q[t][g·r + j][d] (the group's heads adjacent, per token).
-template <typename T>
-__global__ void pack_q_kernel(const float* q, int n, int n_heads, int n_kv, int D, T* qp) {
+// Between the [n, H, D] layout (token-major) and [G, n, r, D] (the r heads of a KV group
+// adjacent, per token): kToGroups: dst[g][t][j][d] = src[t][g·r + j][d]; else the inverse.
+template <bool kToGroups, typename Out>
+__global__ void regroup_kernel(const float* src, int n, int n_heads, int n_kv, int D, Out* dst) {
   pdl_trigger();
   pdl_wait();
-  const int r = n_heads / n_kv;
+  const int64_t r = n_heads / n_kv;
   const int64_t total = static_cast<int64_t>(n) * n_heads * D;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t d = i % D, row = i / D;  // row = (g·n + t)·r + j
-    const int64_t j = row % r, t = (row / r) % n, g = row / (static_cast<int64_t>(r) * n);
-    store_as(qp + i, q[(t * n_heads + g * r + j) * D + d]);
+    const int64_t d = i % D, row = i / D;
+    int64_t src_row;
+    if constexpr (kToGroups) {  // row = (g·n + t)·r + j
+      const int64_t j = row % r, t = (row / r) % n, g = row / (r * n);
+      src_row = t * n_heads + g * r + j;
+    } else {  // row = t·H + h
+      const int64_t h = row % n_heads, t = row / n_heads;
+      src_row = ((h / r) * n + t) * r + h % r;
+    }
+    store_as(dst + i, src[src_row * D + d]);
   }
 }
 
@@ -91,21 +99,6 @@ __global__ void softmax_rows_kernel(const float* s, T* p, int rows_per_g, int r,
   }
 }
 
-// out16[t][(g·r + j)·D + d] = o[g][t][j][d].
-__global__ void unpack_o_kernel(const float* o, int n, int n_heads, int n_kv, int D,
-                                __half* out16) {
-  pdl_trigger();
-  pdl_wait();
-  const int r = n_heads / n_kv;
-  const int64_t total = static_cast<int64_t>(n) * n_heads * D;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t d = i % D, h = (i / D) % n_heads, t = i / (static_cast<int64_t>(D) * n_heads);
-    const int64_t g = h / r, j = h % r;
-    out16[i] = __float2half_rn(o[((g * n + t) * r + j) * D + d]);
-  }
-}
-
 int grid_of(int64_t count) {
   const int64_t b = (count + 255) / 256;
   return static_cast<int>(std::clamp<int64_t>(b, 1, 8192));
@@ -150,8 +143,8 @@ void run(const PrefillAttnArgs& a, cublasHandle_t h, cudaStream_t s) {
   char* sp_area = base + L.sp;
   const size_t sp_bytes = a.scratch_bytes - L.sp;
 
-  launch(pack_q_kernel<T>, grid_of(static_cast<int64_t>(n) * H * D), 256, 0, s, a.q, n, H, G, D,
-         qp);
+  launch(regroup_kernel<true, T>, grid_of(static_cast<int64_t>(n) * H * D), 256, 0, s, a.q, n, H,
+         G, D, qp);
   // Keys of the whole tile: [lo_all, pos0 + n).
   const int lo_all = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
   const T* kbase;
@@ -207,8 +200,8 @@ void run(const PrefillAttnArgs& a, cublasHandle_t h, cudaStream_t s) {
         o + static_cast<int64_t>(t0) * r * D, CUDA_R_32F, D, static_cast<int64_t>(n) * r * D, G,
         ct, CUBLAS_GEMM_DEFAULT));
   }
-  launch(unpack_o_kernel, grid_of(static_cast<int64_t>(n) * H * D), 256, 0, s, o, n, H, G, D,
-         a.out16);
+  launch(regroup_kernel<false, __half>, grid_of(static_cast<int64_t>(n) * H * D), 256, 0, s, o, n,
+         H, G, D, a.out16);
 }
 
 }  // namespace
