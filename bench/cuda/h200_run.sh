@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One GPU-machine session for the CUDA backend (run from the repository root on the device):
-#   bench/cuda/h200_run.sh [all|test|quick|dev|extra|build]
+#   bench/cuda/h200_run.sh [all|test|quick|dev|extra|build|sweep]
 # test: build, CUDA kernel + end-to-end tests on the tiny fixtures. quick: test, then the 12B's
 # decode figure (gem only). dev: the 12B's decode (PDL on/off), prefill, parity and an ncu
 # per-kernel profile of decode steps. extra: gem serve on cuda (curl smoke) and ncu of the
 # decode attention at depth 32768. all: also gem synth 12B/31B,
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
-# then the synthetic 12B/31B CUDA-vs-CPU checks.
+# then the synthetic 12B/31B CUDA-vs-CPU checks. sweep: test, then gem bench on the 12B (and the
+# 31B when SWEEP_31B=1) once per line of $SWEEP_FILE (environment settings, e.g.
+# "GEM_CUDA_PREFETCH=0"), decode at the depths of $SWEEP_DEPTHS (default 0), then the 12B parity.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 mode=${1:-test}
@@ -87,6 +89,26 @@ if [ "$mode" = quick ]; then
   $GEM synth --profile 12b -q -o $M/g12b.gguf
   log "gem bench 12b"
   $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b.txt"
+  log "synthetic 12B vs CPU"
+  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
+    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
+  tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
+  log done
+  exit 0
+fi
+if [ "$mode" = sweep ]; then
+  models="12b"
+  [ "${SWEEP_31B:-0}" = 1 ] && models="12b 31b"
+  for p in $models; do
+    log "synth $p"
+    $GEM synth --profile $p -q -o $M/g$p.gguf
+    while IFS= read -r line; do
+      [ -z "$line" ] && continue
+      log "sweep $p: $line"
+      env $line $GEM bench -m $M/g$p.gguf -p 0 -n 128 -d "${SWEEP_DEPTHS:-0}" -r 2 --backend cuda 2>&1 \
+        | grep -E "^\|" | tee -a "$OUT/summary.txt"
+    done < "$SWEEP_FILE"
+  done
   log "synthetic 12B vs CPU"
   env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
     build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"

@@ -174,20 +174,55 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   Dev<float2> xds(cols / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(cols), q, nullptr);
-  cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> y = dy.get();
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
-  int bad = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const double tol = q8 ? bound[r] : 1e-4 * (std::fabs(ref[r]) + 1.0);
-    if (!(std::fabs(y[r] - ref[r]) <= tol) && bad++ < 5) {
-      ADD_FAILURE() << dtype_name(type) << " " << rows << "x" << cols << " row " << r << ": gpu "
-                    << y[r] << " ref " << ref[r] << " tol " << tol;
+  // The quantised products under every configuration: 1, 2 and 4 warps per row group (long and
+  // short rows alike), weight loads evict-first or normal.
+  const cuda::MatvecConfig saved = cuda::matvec_config();
+  for (int kw : {1, 2, 4}) {
+    for (bool ef : {true, false}) {
+      if (!q8 && (kw != 1 || !ef)) continue;
+      cuda::MatvecConfig c = saved;
+      c.kw_long = c.kw_short = kw;
+      c.evict_first = ef;
+      cuda::set_matvec_config(c);
+      cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
+      cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> y = dy.get();
+      int bad = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double tol = q8 ? bound[r] : 1e-4 * (std::fabs(ref[r]) + 1.0);
+        if (!(std::fabs(y[r] - ref[r]) <= tol) && bad++ < 5) {
+          ADD_FAILURE() << dtype_name(type) << " " << rows << "x" << cols << " kw " << kw
+                        << " evict_first " << ef << " row " << r << ": gpu " << y[r] << " ref "
+                        << ref[r] << " tol " << tol;
+        }
+      }
+      EXPECT_EQ(bad, 0);
     }
   }
-  EXPECT_EQ(bad, 0);
+  cuda::set_matvec_config(saved);
+}
+
+// Bulk L2 prefetches of ranges with odd starts and lengths (shorter than 16 bytes, ending at
+// the allocation's last byte, one larger than a piece) must neither fault nor touch the data.
+TEST(CudaL2Prefetch, OddRangesLeaveDataIntactAndDoNotFault) {
+  REQUIRE_GPU();
+  const int64_t n = (int64_t{3} << 20) + 5;
+  std::vector<uint8_t> host(n);
+  for (auto& b : host) b = static_cast<uint8_t>(rng()());
+  Dev<uint8_t> d(host);
+  cuda::L2Ranges r;
+  r.add(d.p + 3, 9);             // below 16 bytes: dropped
+  r.add(d.p + 1, 100);           // unaligned start
+  r.add(d.p + 4097, n - 4097);   // to the last byte, not a multiple of 16
+  r.add(d.p, n);                 // more than one piece per lane
+  EXPECT_EQ(r.n, 3);
+  cuda::l2_prefetch(r, 132, nullptr);
+  cuda::l2_prefetch(r, 1, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(d.get(), host);
 }
 
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {

@@ -98,6 +98,17 @@ void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s);
 void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 
 // ---- matvec.cu ----
+// How the quantised products run (matvec_config(): from the environment at first use, then
+// set_matvec_config() for tests). Rows of at least kLongRowBlocks 32-blocks are "long".
+constexpr int kLongRowBlocks = 256;
+struct MatvecConfig {
+  bool evict_first = true;      // weight loads marked L2 evict-first (GEM_CUDA_MV_EF=0: normal)
+  bool early_prefetch = false;  // L2 prefetch of the first loads before pdl_wait (PDL on)
+  int kw_long = 1;   // warps sharing a row group, long rows: 1, 2 or 4 (GEM_CUDA_MV_KW_LONG)
+  int kw_short = 1;  // the same for shorter rows (GEM_CUDA_MV_KW_SHORT)
+};
+MatvecConfig matvec_config();
+void set_matvec_config(const MatvecConfig& c);
 // y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0 take xq (q8), F32/Q6_K take x.
 // With cap > 0 the result is soft-capped (the output head).
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
@@ -108,6 +119,25 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);
+// Up to kMaxL2Ranges byte ranges for l2_prefetch (more are dropped: it is only a hint).
+constexpr int kMaxL2Ranges = 8;
+struct L2Range {
+  const void* p;
+  int64_t bytes;
+};
+struct L2Ranges {
+  L2Range range[kMaxL2Ranges] = {};
+  int n = 0;
+  void add(const void* p, int64_t bytes);
+  // The bytes of rows [r0, r1) of w (quants and scales; clamped to w.rows).
+  void add_rows(const DevMatrix& w, int64_t r0, int64_t r1);
+};
+// Bytes of one row of w as stored (quants and scales).
+int64_t row_bytes(const DevMatrix& w);
+// Starts bulk L2 prefetches of the ranges (at most one 32-lane block per SM) and returns: the
+// bytes arrive while later kernels run. Decode forks it off the main stream into the gaps where
+// the small kernels leave DRAM idle.
+void l2_prefetch(const L2Ranges& r, int n_sm, cudaStream_t s);
 // Dequantises rows [r0, r0+nr) of w into f16 [nr, cols] (prefill products).
 void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaStream_t s);
 

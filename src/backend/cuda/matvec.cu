@@ -3,6 +3,8 @@
 // dequantisation that feeds cuBLAS in prefill.
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -32,14 +34,39 @@ struct WBlock {
   int4 lo, hi;  // Q4_0: lo = the 16 nibble bytes; Q8_0: lo, hi = the 32 int8
 };
 
+// The L2 policy of the weight loads: evict-first (every weight byte is read once per step, and
+// the bytes l2_prefetch() brought in ahead of a product should outlive the ones streamed past
+// them) or the default evict-normal.
+__device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
+  uint64_t pol;
+  if (evict_first) {
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  } else {
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  }
+  return pol;
+}
+__device__ __forceinline__ int4 ld_weight(const int4* p, uint64_t pol) {
+  int4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ __half ld_scale(const __half* p, uint64_t pol) {
+  unsigned short v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.b16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));
+  return __ushort_as_half(v);
+}
+
 template <bool kQ8>
-__device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b) {
+__device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b, uint64_t pol) {
   WBlock<kQ8> w;
   if constexpr (kQ8) {
-    w.lo = __ldg(reinterpret_cast<const int4*>(wrow) + 2 * b);
-    w.hi = __ldg(reinterpret_cast<const int4*>(wrow) + 2 * b + 1);
+    w.lo = ld_weight(reinterpret_cast<const int4*>(wrow) + 2 * b, pol);
+    w.hi = ld_weight(reinterpret_cast<const int4*>(wrow) + 2 * b + 1, pol);
   } else {
-    w.lo = __ldg(reinterpret_cast<const int4*>(wrow) + b);
+    w.lo = ld_weight(reinterpret_cast<const int4*>(wrow) + b, pol);
     w.hi = make_int4(0, 0, 0, 0);
   }
   return w;
@@ -77,10 +104,12 @@ __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int
 
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
 // each, starting at row0 (clamped to rows − 1 for loading), activations of token row x4/ds.
+// This warp takes the blocks first, first + stride, … (stride = 32 · the warps sharing a row).
 template <bool kQ8, int kMats, int kRows, int kUnroll>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
-                                                const int4* x4, const float2* ds, int lane,
+                                                const int4* x4, const float2* ds, int first,
+                                                int stride, uint64_t pol,
                                                 float (&acc)[kMats][kRows]) {
   const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
   const uint8_t* wrow[kMats][kRows];
@@ -94,14 +123,14 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
       drow[m][r] = d[m] + row * nb;
     }
   }
-  for (int b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
+  for (int b0 = first; b0 < nb; b0 += stride * kUnroll) {
     WBlock<kQ8> w[kUnroll][kMats][kRows];
     __half dw[kUnroll][kMats][kRows];
     int4 x0[kUnroll], x1[kUnroll];
     float2 s[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int b = b0 + 32 * u;
+      const int b = b0 + stride * u;
       if (b < nb) {
         x0[u] = __ldg(x4 + 2 * b);
         x1[u] = __ldg(x4 + 2 * b + 1);
@@ -110,15 +139,15 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            w[u][m][r] = load_wblock<kQ8>(wrow[m][r], b);
-            dw[u][m][r] = drow[m][r][b];
+            w[u][m][r] = load_wblock<kQ8>(wrow[m][r], b, pol);
+            dw[u][m][r] = ld_scale(drow[m][r] + b, pol);
           }
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (b0 + 32 * u < nb) {
+      if (b0 + stride * u < nb) {
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -158,30 +187,55 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const* qs, const __
   }
 }
 
-// y[t, r] for kRows consecutive rows per warp; blockIdx.y = token t.
-template <bool kQ8, int kRows, int kUnroll>
+// y[t, r] for kRows consecutive rows per group of kKW warps (each takes every kKW-th 32-block
+// stretch of the row; their sums meet in shared memory); blockIdx.y = token t.
+template <bool kQ8, int kRows, int kUnroll, int kKW>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
-                    const int8_t* xq, const float2* xds, float* y, float cap) {
+                    const int8_t* xq, const float2* xds, float* y, float cap, MatvecConfig mc) {
+  static_assert(kQWarps % kKW == 0, "the warps of a block split into row groups");
   pdl_trigger();
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % kKW;
   const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * kQWarps + (threadIdx.x >> 5)) * kRows;
+      (static_cast<int64_t>(blockIdx.x) * (kQWarps / kKW) + warp / kKW) * kRows;
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[1] = {qs};
   const __half* dd[1] = {d};
-  if (row0 < rows) prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
+  if (mc.early_prefetch && row0 < rows && ks == 0) {
+    prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
+  }
   pdl_wait();
-  if (row0 >= rows) return;
+  if (kKW == 1 && row0 >= rows) return;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[1][kRows] = {};
-  accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
+  const uint64_t pol = weight_policy(mc.evict_first);
+  if (row0 < rows) {
+    accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane + 32 * ks,
+                                            32 * kKW, pol, acc);
+  }
+  float v[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) v[r] = warp_sum(acc[0][r]);
+  if constexpr (kKW > 1) {
+    __shared__ float red[kQWarps][kRows];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) red[warp][r] = v[r];
+    }
+    __syncthreads();
+    if (ks != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      v[r] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kKW; ++k) v[r] += red[warp + k][r];
+    }
+  }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float v = warp_sum(acc[0][r]);
     if (lane == 0 && row0 + r < rows) {
-      y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+      y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v[r] / cap) : v[r];
     }
   }
 }
@@ -190,7 +244,8 @@ __global__ void __launch_bounds__(kQWarps * 32)
 template <int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
-                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g) {
+                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g,
+                        MatvecConfig mc) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
@@ -198,13 +253,16 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[2] = {gq, uq};
   const __half* dd[2] = {gd, ud};
-  if (row0 < rows) prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
+  if (mc.early_prefetch && row0 < rows) {
+    prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
+  }
   pdl_wait();
   if (row0 >= rows) return;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[2][kRows] = {};
-  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, acc);
+  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, 32,
+                                            weight_policy(mc.evict_first), acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
@@ -212,6 +270,29 @@ __global__ void __launch_bounds__(kQWarps * 32)
       g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
     }
   }
+}
+
+// Asks L2 for the byte ranges of `r`, cut into 16-byte aligned pieces, one bulk prefetch (the
+// TMA unit: no registers, no completion to wait for) per piece; every lane of the grid takes
+// pieces `piece` bytes long in turn.
+__global__ void l2_prefetch_kernel(L2Ranges r, int64_t piece) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n_threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t base = 0;  // pieces of the ranges before range i
+  for (int i = 0; i < r.n; ++i) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(r.range[i].p) & ~uintptr_t{15};
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(r.range[i].p) + r.range[i].bytes) & ~uintptr_t{15};
+    const int64_t pieces = hi > lo ? (static_cast<int64_t>(hi - lo) + piece - 1) / piece : 0;
+    // The first piece of range i goes to thread (base mod n_threads), so the ranges spread.
+    for (int64_t k = ((tid - base) % n_threads + n_threads) % n_threads; k < pieces; k += n_threads) {
+      const uintptr_t a = lo + static_cast<uintptr_t>(k * piece);
+      const uint32_t len = static_cast<uint32_t>(hi - a < static_cast<uintptr_t>(piece) ? hi - a : piece);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(len) : "memory");
+    }
+    base += pieces;
+  }
+#endif
 }
 
 // One warp per row, f32 activations: F32 or Q6_K weights (the test models' and the Q6_K head).
@@ -309,18 +390,67 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
   GEM_CUDA_LAUNCHED();
 }
 
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e != nullptr && e[0] != '\0' ? std::atoi(e) : fallback;
+}
+
+MatvecConfig& config_ref() {
+  static MatvecConfig c = [] {
+    MatvecConfig m;
+    m.evict_first = env_int("GEM_CUDA_MV_EF", m.evict_first ? 1 : 0) != 0;
+    m.kw_long = env_int("GEM_CUDA_MV_KW_LONG", m.kw_long);
+    m.kw_short = env_int("GEM_CUDA_MV_KW_SHORT", m.kw_short);
+    return m;
+  }();
+  return c;
+}
+
+template <bool kQ8, int kUnroll>
+void launch_matvec_q(const DevMatrix& w, Q8Act xq, int n, float* y, float cap, int kw,
+                     MatvecConfig mc, cudaStream_t s) {
+  constexpr int kRows = 2;
+  const int64_t rows_per_block = kQWarps / kw * kRows;
+  const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
+  const int cols = static_cast<int>(w.cols);
+  switch (kw) {
+    case 4:
+      launch(matvec_q_kernel<kQ8, kRows, kUnroll, 4>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
+             cols, xq.q, xq.ds, y, cap, mc);
+      break;
+    case 2:
+      launch(matvec_q_kernel<kQ8, kRows, kUnroll, 2>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
+             cols, xq.q, xq.ds, y, cap, mc);
+      break;
+    default:
+      launch(matvec_q_kernel<kQ8, kRows, kUnroll, 1>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
+             cols, xq.q, xq.ds, y, cap, mc);
+  }
+}
+
+int valid_kw(int kw) { return kw == 2 || kw == 4 ? kw : 1; }
+
+}  // namespace
+
+MatvecConfig matvec_config() {
+  MatvecConfig c = config_ref();
+  c.early_prefetch = pdl_enabled();
+  return c;
+}
+
+void set_matvec_config(const MatvecConfig& c) { config_ref() = c; }
+
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s) {
+  const MatvecConfig mc = matvec_config();
   if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
-    constexpr int kRows = 2;
-    const int64_t rows_per_block = kQWarps * kRows;
-    const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
+    const int kw = valid_kw(w.cols / 32 >= kLongRowBlocks ? mc.kw_long : mc.kw_short);
     if (w.type == WType::kQ4_0) {
-      launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s,
-             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
+      launch_matvec_q<false, 4>(w, xq, n, y, cap, kw, mc, s);
     } else {
-      launch(matvec_q_kernel<true, kRows, 2>, grid, kQWarps * 32, 0, s,
-             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap);
+      launch_matvec_q<true, 2>(w, xq, n, y, cap, kw, mc, s);
     }
   } else {
     const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
@@ -335,7 +465,51 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
   launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
-         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g);
+         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g,
+         matvec_config());
+  GEM_CUDA_LAUNCHED();
+}
+
+void L2Ranges::add(const void* p, int64_t bytes) {
+  if (p == nullptr || bytes < 16 || n == kMaxL2Ranges) return;
+  range[n++] = {p, bytes};
+}
+
+void L2Ranges::add_rows(const DevMatrix& w, int64_t r0, int64_t r1) {
+  r1 = r1 < w.rows ? r1 : w.rows;
+  if (r1 <= r0) return;
+  if (w.qs != nullptr) {
+    const int64_t nb = w.cols / 32, qbytes = w.type == WType::kQ8_0 ? 32 : 16;
+    add(w.qs + r0 * nb * qbytes, (r1 - r0) * nb * qbytes);
+    add(w.d + r0 * nb, (r1 - r0) * nb * static_cast<int64_t>(sizeof(__half)));
+  } else if (w.type == WType::kF32) {
+    add(w.raw + r0 * w.cols * 4, (r1 - r0) * w.cols * 4);
+  } else {  // Q6_K: 210 bytes per 256 values
+    add(w.raw + r0 * (w.cols / 256) * 210, (r1 - r0) * (w.cols / 256) * 210);
+  }
+}
+
+int64_t row_bytes(const DevMatrix& w) {
+  switch (w.type) {
+    case WType::kQ4_0: return w.cols / 32 * 18;
+    case WType::kQ8_0: return w.cols / 32 * 34;
+    case WType::kQ6_K: return w.cols / 256 * 210;
+    default: return w.cols * 4;
+  }
+}
+
+void l2_prefetch(const L2Ranges& r, int n_sm, cudaStream_t s) {
+  int64_t total = 0;
+  for (int i = 0; i < r.n; ++i) total += r.range[i].bytes;
+  if (total == 0) return;
+  // Pieces of 4–64 KiB, spread over up to one block of 32 lanes per SM.
+  constexpr int64_t kMinPiece = 4 << 10, kMaxPiece = 64 << 10;
+  const int64_t lanes = static_cast<int64_t>(n_sm) * 32;
+  int64_t piece = (total + lanes - 1) / lanes;
+  piece = piece < kMinPiece ? kMinPiece : piece > kMaxPiece ? kMaxPiece : (piece + 15) / 16 * 16;
+  const int64_t pieces = (total + piece - 1) / piece + r.n;
+  const int blocks = static_cast<int>((pieces + 31) / 32 < n_sm ? (pieces + 31) / 32 : n_sm);
+  launch(l2_prefetch_kernel, blocks, 32, 0, s, r, piece);
   GEM_CUDA_LAUNCHED();
 }
 
