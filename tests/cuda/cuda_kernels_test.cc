@@ -258,20 +258,29 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   Dev<float2> xds(E / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
-  cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto y = dy.get();
-  int bad = 0;
-  for (int64_t i = 0; i < F; ++i) {
-    const double ref = cpu::gelu_tanh(g[i]) * u[i];
-    // d(gelu(g)·u) ≈ gelu'(g)·u·δg + gelu(g)·δu, |gelu'| ≤ 1.13.
-    const double tol = 1.13 * std::fabs(u[i]) * gb[i] + std::fabs(cpu::gelu_tanh(g[i])) * ub[i] +
-                       gb[i] * ub[i] + 1e-5;
-    if (!(std::fabs(y[i] - ref) <= tol) && bad++ < 5) {
-      ADD_FAILURE() << "row " << i << ": gpu " << y[i] << " ref " << ref << " tol " << tol;
+  const cuda::MatvecConfig saved = cuda::matvec_config();
+  for (int form = 0; form < 4; ++form) {
+    cuda::MatvecConfig c = saved;
+    c.gated_form = form;
+    cuda::set_matvec_config(c);
+    cudaMemset(dy.p, 0xff, F * sizeof(float));
+    cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = dy.get();
+    int bad = 0;
+    for (int64_t i = 0; i < F; ++i) {
+      const double ref = cpu::gelu_tanh(g[i]) * u[i];
+      // d(gelu(g)·u) ≈ gelu'(g)·u·δg + gelu(g)·δu, |gelu'| ≤ 1.13.
+      const double tol = 1.13 * std::fabs(u[i]) * gb[i] + std::fabs(cpu::gelu_tanh(g[i])) * ub[i] +
+                         gb[i] * ub[i] + 1e-5;
+      if (!(std::fabs(y[i] - ref) <= tol) && bad++ < 5) {
+        ADD_FAILURE() << "form " << form << " row " << i << ": gpu " << y[i] << " ref " << ref
+                      << " tol " << tol;
+      }
     }
+    EXPECT_EQ(bad, 0);
   }
-  EXPECT_EQ(bad, 0);
+  cuda::set_matvec_config(saved);
 }
 
 TEST(CudaDequant, F16RowsMatchGetRow) {

@@ -102,7 +102,14 @@ class CudaBackend final : public Backend {
   // (attention: the layer's attn_output and the first gate|up rows), after attn_output (more
   // gate|up rows), after gate|up (the first ffn_down rows), after ffn_down (the next layer's
   // q|k|v, or the head's first rows). GEM_CUDA_PREFETCH="MB,MB,MB,MB"; "0" turns it off.
-  int64_t prefetch_bytes_[4] = {32 << 20, 16 << 20, 8 << 20, 16 << 20};
+  int64_t prefetch_bytes_[4] = {0, 0, 0, 0};
+  // Timing experiments only (results are wrong): GEM_CUDA_SKIP lists decode kernels to leave
+  // out of the graph (res, q8, prologue, attn, qkv, wo, gated, down), so a step's time with and
+  // without them gives each one's cost in the graph, launch gaps included.
+  std::string skip_;
+  bool skip(const char* what) const {
+    return !skip_.empty() && skip_.find(what) != std::string::npos;
+  }
   std::vector<void*> allocs_;
   uint64_t weight_bytes_ = 0;
 
@@ -289,6 +296,10 @@ Status CudaBackend::init() {
       return errorf("GEM_CUDA_PREFETCH=\"%s\": expected 0 or four budgets in MiB, \"a,b,c,d\"", e);
     }
     for (int i = 0; i < 4; ++i) prefetch_bytes_[i] = (got == 1 ? mb[0] : mb[i]) << 20;
+  }
+  if (const char* e = std::getenv("GEM_CUDA_SKIP"); e != nullptr && e[0] != '\0') {
+    skip_ = e;
+    GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
   }
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -484,7 +495,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
+  if (!skip("qkv")) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
   // L2 prefetches into the gaps (DRAM idle while the small kernels run): the rows of gate and
   // up go in together, from the top, as far as the first two budgets reach.
   const int64_t gu_row = row_bytes(L.gate) + row_bytes(L.up);
@@ -504,9 +515,11 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
-    cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
-                       L.inv_freq, sp, q_, k_, v_, dest, stream_);
-    cuda::attention(a, stream_);
+    if (!skip("prologue")) {
+      cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm,
+                         eps, L.inv_freq, sp, q_, k_, v_, dest, stream_);
+    }
+    if (!skip("attn")) cuda::attention(a, stream_);
   } else {
     a.tile_in_cache = false;
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
@@ -515,17 +528,17 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
   }
-  cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
+  if (!skip("wo")) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
   {
     cuda::L2Ranges r;
     r.add_rows(L.gate, gu_rows1, gu_rows2);
     r.add_rows(L.up, gu_rows1, gu_rows2);
     prefetch_fork(r);
   }
-  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
+  if (!skip("res")) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
+    if (!skip("gated")) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
     cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
@@ -538,8 +551,8 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     r.add_rows(L.down, 0, prefetch_bytes_[2] / row_bytes(L.down));
     prefetch_fork(r);
   }
-  if (down_q8) cuda::quantize_q8(g_, 1, F, gq_, stream_);
-  cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
+  if (down_q8 && !skip("q8")) cuda::quantize_q8(g_, 1, F, gq_, stream_);
+  if (!skip("down")) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   {
     const DevMatrix& next = last ? embd_ : layers_[p.layer + 1].qkv;
     cuda::L2Ranges r;
@@ -547,8 +560,10 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     prefetch_fork(r);
   }
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
-                            stream_);
+  if (!skip("res")) {
+    cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
+                              stream_);
+  }
 }
 
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {

@@ -106,6 +106,9 @@ struct MatvecConfig {
   bool early_prefetch = false;  // L2 prefetch of the first loads before pdl_wait (PDL on)
   int kw_long = 1;   // warps sharing a row group, long rows: 1, 2 or 4 (GEM_CUDA_MV_KW_LONG)
   int kw_short = 1;  // the same for shorter rows (GEM_CUDA_MV_KW_SHORT)
+  // Rows per warp × blocks in flight per lane of the gated product (GEM_CUDA_MV_GATED):
+  // 0: 2 × 2, 1: 1 × 4, 2: 4 × 1, 3: 1 × 2.
+  int gated_form = 0;
 };
 MatvecConfig matvec_config();
 void set_matvec_config(const MatvecConfig& c);

@@ -403,6 +403,7 @@ MatvecConfig& config_ref() {
     m.evict_first = env_int("GEM_CUDA_MV_EF", m.evict_first ? 1 : 0) != 0;
     m.kw_long = env_int("GEM_CUDA_MV_KW_LONG", m.kw_long);
     m.kw_short = env_int("GEM_CUDA_MV_KW_SHORT", m.kw_short);
+    m.gated_form = env_int("GEM_CUDA_MV_GATED", m.gated_form);
     return m;
   }();
   return c;
@@ -459,14 +460,26 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
   GEM_CUDA_LAUNCHED();
 }
 
-void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
-                  cudaStream_t s) {
-  constexpr int kRows = 2;
+namespace {
+template <int kRows, int kUnroll>
+void launch_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                  MatvecConfig mc, cudaStream_t s) {
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
-         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g,
-         matvec_config());
+  launch(matvec_gated_kernel<kRows, kUnroll>, grid, kQWarps * 32, 0, s, gate.qs, gate.d, up.qs,
+         up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
+}
+}  // namespace
+
+void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                  cudaStream_t s) {
+  const MatvecConfig mc = matvec_config();
+  switch (mc.gated_form) {
+    case 1: launch_gated<1, 4>(gate, up, xq, n, g, mc, s); break;
+    case 2: launch_gated<4, 1>(gate, up, xq, n, g, mc, s); break;
+    case 3: launch_gated<1, 2>(gate, up, xq, n, g, mc, s); break;
+    default: launch_gated<2, 2>(gate, up, xq, n, g, mc, s);
+  }
   GEM_CUDA_LAUNCHED();
 }
 
