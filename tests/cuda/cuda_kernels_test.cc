@@ -205,26 +205,6 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   cuda::set_matvec_config(saved);
 }
 
-// Bulk L2 prefetches of ranges with odd starts and lengths (shorter than 16 bytes, ending at
-// the allocation's last byte, one larger than a piece) must neither fault nor touch the data.
-TEST(CudaL2Prefetch, OddRangesLeaveDataIntactAndDoNotFault) {
-  REQUIRE_GPU();
-  const int64_t n = (int64_t{3} << 20) + 5;
-  std::vector<uint8_t> host(n);
-  for (auto& b : host) b = static_cast<uint8_t>(rng()());
-  Dev<uint8_t> d(host);
-  cuda::L2Ranges r;
-  r.add(d.p + 3, 9);             // below 16 bytes: dropped
-  r.add(d.p + 1, 100);           // unaligned start
-  r.add(d.p + 4097, n - 4097);   // to the last byte, not a multiple of 16
-  r.add(d.p, n);                 // more than one piece per lane
-  EXPECT_EQ(r.n, 3);
-  cuda::l2_prefetch(r, 132, nullptr);
-  cuda::l2_prefetch(r, 1, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(d.get(), host);
-}
-
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
   REQUIRE_GPU();
   check_matvec(DType::kQ4_0, 4096 + 2048 + 2048, 3840);  // 12B sliding q|k|v

@@ -84,9 +84,6 @@ class CudaBackend final : public Backend {
                  float* y);
   int splits_for(const DevLayer& L, int n) const;
   void head_row(int row);
-  // Decode only: forks an L2 prefetch of `r` off the main stream (see prefetch_mb_).
-  void prefetch_fork(const cuda::L2Ranges& r);
-  void prefetch_join();
 
   const model::Model& model_;
   const model::Config& cfg_;
@@ -95,14 +92,6 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  cudaStream_t side_ = nullptr;  // the decode graph's prefetch branch
-  cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
-  bool prefetch_pending_ = false;
-  // Decode's L2 prefetch budgets in bytes, one per gap where only small kernels run: after q|k|v
-  // (attention: the layer's attn_output and the first gate|up rows), after attn_output (more
-  // gate|up rows), after gate|up (the first ffn_down rows), after ffn_down (the next layer's
-  // q|k|v, or the head's first rows). GEM_CUDA_PREFETCH="MB,MB,MB,MB"; "0" turns it off.
-  int64_t prefetch_bytes_[4] = {0, 0, 0, 0};
   // Timing experiments only (results are wrong): GEM_CUDA_SKIP lists decode kernels to leave
   // out of the graph (res, q8, prologue, attn, qkv, wo, gated, down), so a step's time with and
   // without them gives each one's cost in the graph, launch gaps included.
@@ -167,9 +156,6 @@ CudaBackend::~CudaBackend() {
   }
   if (step_host_) cudaFreeHost(step_host_);
   if (pinned_small_) cudaFreeHost(pinned_small_);
-  if (fork_ev_) cudaEventDestroy(fork_ev_);
-  if (join_ev_) cudaEventDestroy(join_ev_);
-  if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -286,17 +272,6 @@ int CudaBackend::splits_for(const DevLayer& L, int n) const {
 Status CudaBackend::init() {
   GEM_CUDA_CHECK(cudaSetDevice(0));
   GEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  GEM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-  GEM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
-  GEM_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
-  if (const char* e = std::getenv("GEM_CUDA_PREFETCH"); e != nullptr && e[0] != '\0') {
-    int64_t mb[4] = {0, 0, 0, 0};
-    const int got = std::sscanf(e, "%ld,%ld,%ld,%ld", &mb[0], &mb[1], &mb[2], &mb[3]);
-    if (got != 1 && got != 4) {
-      return errorf("GEM_CUDA_PREFETCH=\"%s\": expected 0 or four budgets in MiB, \"a,b,c,d\"", e);
-    }
-    for (int i = 0; i < 4; ++i) prefetch_bytes_[i] = (got == 1 ? mb[0] : mb[i]) << 20;
-  }
   if (const char* e = std::getenv("GEM_CUDA_SKIP"); e != nullptr && e[0] != '\0') {
     skip_ = e;
     GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
@@ -496,19 +471,6 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   if (!skip("qkv")) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
-  // L2 prefetches into the gaps (DRAM idle while the small kernels run): the rows of gate and
-  // up go in together, from the top, as far as the first two budgets reach.
-  const int64_t gu_row = row_bytes(L.gate) + row_bytes(L.up);
-  const int64_t wo_bytes = std::min(prefetch_bytes_[0], L.wo.rows * row_bytes(L.wo));
-  const int64_t gu_rows1 = (prefetch_bytes_[0] - wo_bytes) / gu_row;
-  const int64_t gu_rows2 = gu_rows1 + prefetch_bytes_[1] / gu_row;
-  {
-    cuda::L2Ranges r;
-    r.add_rows(L.wo, 0, wo_bytes / row_bytes(L.wo));
-    r.add_rows(L.gate, 0, gu_rows1);
-    r.add_rows(L.up, 0, gu_rows1);
-    prefetch_fork(r);
-  }
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
   a.tile_in_cache = true;
@@ -529,12 +491,6 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
                    L.v_cache, stream_);
   }
   if (!skip("wo")) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
-  {
-    cuda::L2Ranges r;
-    r.add_rows(L.gate, gu_rows1, gu_rows2);
-    r.add_rows(L.up, gu_rows1, gu_rows2);
-    prefetch_fork(r);
-  }
   if (!skip("res")) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
@@ -546,19 +502,8 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   }
   // A separate kernel: quantising g inside the gated product (last block of each 32-row group,
   // after a fence) measured 1 µs slower per layer on the H200 than this launch.
-  {
-    cuda::L2Ranges r;
-    r.add_rows(L.down, 0, prefetch_bytes_[2] / row_bytes(L.down));
-    prefetch_fork(r);
-  }
   if (down_q8 && !skip("q8")) cuda::quantize_q8(g_, 1, F, gq_, stream_);
   if (!skip("down")) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
-  {
-    const DevMatrix& next = last ? embd_ : layers_[p.layer + 1].qkv;
-    cuda::L2Ranges r;
-    r.add_rows(next, 0, prefetch_bytes_[3] / row_bytes(next));
-    prefetch_fork(r);
-  }
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   if (!skip("res")) {
     cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
@@ -618,24 +563,6 @@ void CudaBackend::head_row(int row) {
                cfg_.final_logit_softcap, stream_);
 }
 
-void CudaBackend::prefetch_fork(const cuda::L2Ranges& r) {
-  if (r.n == 0) return;
-  // The previous branch rejoins here (long finished: it only issues requests), so at most one
-  // is open; the next main-stream kernel runs alongside this one.
-  prefetch_join();
-  GEM_CUDA_CHECK(cudaEventRecord(fork_ev_, stream_));
-  GEM_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_ev_, 0));
-  cuda::l2_prefetch(r, n_sm_, side_);
-  GEM_CUDA_CHECK(cudaEventRecord(join_ev_, side_));
-  prefetch_pending_ = true;
-}
-
-void CudaBackend::prefetch_join() {
-  if (!prefetch_pending_) return;
-  GEM_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_ev_, 0));
-  prefetch_pending_ = false;
-}
-
 // Logs the decode graph's size and how many of its edges are programmatic (PDL) ones.
 void log_graph(cudaGraph_t graph) {
   size_t n_nodes = 0, n_edges = 0;
@@ -669,7 +596,6 @@ void CudaBackend::forward_tile(int n, bool want_head) {
     }
   }
   if (want_head) head_row(n - 1);
-  prefetch_join();  // a captured graph must end with every branch joined
 }
 
 Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,

@@ -122,25 +122,6 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);
-// Up to kMaxL2Ranges byte ranges for l2_prefetch (more are dropped: it is only a hint).
-constexpr int kMaxL2Ranges = 8;
-struct L2Range {
-  const void* p;
-  int64_t bytes;
-};
-struct L2Ranges {
-  L2Range range[kMaxL2Ranges] = {};
-  int n = 0;
-  void add(const void* p, int64_t bytes);
-  // The bytes of rows [r0, r1) of w (quants and scales; clamped to w.rows).
-  void add_rows(const DevMatrix& w, int64_t r0, int64_t r1);
-};
-// Bytes of one row of w as stored (quants and scales).
-int64_t row_bytes(const DevMatrix& w);
-// Starts bulk L2 prefetches of the ranges (at most one 32-lane block per SM) and returns: the
-// bytes arrive while later kernels run. Decode forks it off the main stream into the gaps where
-// the small kernels leave DRAM idle.
-void l2_prefetch(const L2Ranges& r, int n_sm, cudaStream_t s);
 // Dequantises rows [r0, r0+nr) of w into f16 [nr, cols] (prefill products).
 void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaStream_t s);
 
