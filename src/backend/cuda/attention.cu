@@ -292,62 +292,6 @@ __device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
   __syncthreads();
 }
 
-// The merge of a KV group's splits, done by the group's last block to finish (a.merge_count:
-// one counter per KV head, zero between launches) instead of attention_merge_kernel: every block
-// publishes its partials (fence, then a count); the one that brings the count to n_splits resets
-// it, weighs each split of each of the group's r heads, and writes the r·D outputs and their q8
-// blocks. Every thread of the block calls it; `scratch` holds r·n_splits floats (the kernel's
-// staging memory, free by now). For r·D a multiple of the block size (whole warps per q8 block).
-template <int D>
-__device__ void merge_in_last_block(const AttnArgs& a, int g, float* scratch) {
-  __shared__ int last;
-  __shared__ float inv_l[kDecWarps];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.merge_count + g, 1) == a.n_splits - 1;
-    if (last) a.merge_count[g] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int r = a.n_heads / a.n_kv, ns = a.n_splits;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp < r) {  // warp h: the split weights of head g·r + h
-    const float* part = a.part + static_cast<int64_t>(g * r + warp) * ns * (D + 2);
-    float mx = -INFINITY;
-    for (int sp = lane; sp < ns; sp += 32) {
-      if (__ldcg(part + sp * (D + 2) + 1) > 0.0f) mx = fmaxf(mx, __ldcg(part + sp * (D + 2)));
-    }
-    mx = warp_max(mx);
-    float lsum = 0.0f;
-    for (int sp = lane; sp < ns; sp += 32) {
-      const float l = __ldcg(part + sp * (D + 2) + 1);
-      const float w = l > 0.0f ? expf(__ldcg(part + sp * (D + 2)) - mx) : 0.0f;
-      scratch[warp * ns + sp] = w;
-      lsum += l * w;
-    }
-    lsum = warp_sum(lsum);
-    if (lane == 0) inv_l[warp] = 1.0f / lsum;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < r * D; e += blockDim.x) {
-    const int h = e / D, d = e % D, j = g * r + h;
-    const float* part = a.part + static_cast<int64_t>(j) * ns * (D + 2) + 2 + d;
-    const float* w = scratch + h * ns;
-    float o = 0.0f;
-    for (int sp = 0; sp < ns; ++sp) {
-      if (w[sp] != 0.0f) o += w[sp] * __ldcg(part + static_cast<int64_t>(sp) * (D + 2));
-    }
-    const float v = o * inv_l[h];
-    a.out[static_cast<int64_t>(j) * D + d] = v;
-    if (a.outq.q) {  // the warp's 32 consecutive elements of head j form one q8 block
-      q8_block_out(v, a.outq.q + static_cast<int64_t>(j) * D + (d & ~31),
-                   a.outq.ds + (static_cast<int64_t>(j) * D + d) / 32, lane);
-    }
-  }
-}
-
 template <int D, typename T, int kHPW>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
   constexpr int kPL = D / 32;
@@ -479,41 +423,36 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   if (n_ksub == 1) {
 #pragma unroll
     for (int h = 0; h < kHPW; ++h) write_part(heads[h], m[h], l[h], acc[h]);
-  } else {
-    // r < 8: the n_ksub warps of each head merge through shared memory (kHPW == 1).
-    float* red = reinterpret_cast<float*>(smem);
-    float* mine = red + warp * (D + 2);
-    if (lane == 0) {
-      mine[0] = m[0];
-      mine[1] = l[0];
-    }
-#pragma unroll
-    for (int i = 0; i < kPL; ++i) mine[2 + lane * kPL + i] = acc[0][i];
-    __syncthreads();
-    if (ksub == 0) {
-      float mx = -INFINITY;
-      for (int sw = 0; sw < n_ksub; ++sw) {
-        const float* o = red + (warp + sw * r) * (D + 2);
-        if (o[1] > 0.0f) mx = fmaxf(mx, o[0]);
-      }
-      float ll = 0.0f, ac[kPL];
-#pragma unroll
-      for (int i = 0; i < kPL; ++i) ac[i] = 0.0f;
-      for (int sw = 0; sw < n_ksub; ++sw) {
-        const float* o = red + (warp + sw * r) * (D + 2);
-        if (!(o[1] > 0.0f)) continue;
-        const float w = expf(o[0] - mx);
-        ll += o[1] * w;
-#pragma unroll
-        for (int i = 0; i < kPL; ++i) ac[i] += o[2 + lane * kPL + i] * w;
-      }
-      write_part(heads[0], mx, ll, ac);
-    }
+    return;
   }
-  if (a.merge_count != nullptr) {
-    __syncthreads();  // the staging memory (and red) is free from here on
-    merge_in_last_block<D>(a, g, reinterpret_cast<float*>(smem));
+  // r < 8: the n_ksub warps of each head merge through shared memory (kHPW == 1).
+  float* red = reinterpret_cast<float*>(smem);
+  float* mine = red + warp * (D + 2);
+  if (lane == 0) {
+    mine[0] = m[0];
+    mine[1] = l[0];
   }
+#pragma unroll
+  for (int i = 0; i < kPL; ++i) mine[2 + lane * kPL + i] = acc[0][i];
+  __syncthreads();
+  if (ksub != 0) return;
+  float mx = -INFINITY;
+  for (int sw = 0; sw < n_ksub; ++sw) {
+    const float* o = red + (warp + sw * r) * (D + 2);
+    if (o[1] > 0.0f) mx = fmaxf(mx, o[0]);
+  }
+  float ll = 0.0f, ac[kPL];
+#pragma unroll
+  for (int i = 0; i < kPL; ++i) ac[i] = 0.0f;
+  for (int sw = 0; sw < n_ksub; ++sw) {
+    const float* o = red + (warp + sw * r) * (D + 2);
+    if (!(o[1] > 0.0f)) continue;
+    const float w = expf(o[0] - mx);
+    ll += o[1] * w;
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) ac[i] += o[2 + lane * kPL + i] * w;
+  }
+  write_part(heads[0], mx, ll, ac);
 }
 
 // ---- Decode on the tensor cores: groups of 8 or 16 query heads (full layers), f16 cache ----
@@ -766,14 +705,6 @@ bool attention_decode_uses_mma(const AttnArgs& a) {
          (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
 }
 
-bool attention_decode_merges_in_kernel(const AttnArgs& a) {
-  const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
-  return a.merge_count != nullptr && attention_decode_supported(a) &&
-         !attention_decode_uses_mma(a) && r * a.head_dim <= 1024 &&
-         (r * a.head_dim) % (kDecWarps * 32) == 0 && r <= kDecWarps &&
-         r * a.n_splits * 4 <= kDecStages * 2 * kDecTileBytes;
-}
-
 bool attention_decode_supported(const AttnArgs& a) {
   const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
   const bool pow2_dim = a.head_dim >= 32 && a.head_dim <= 512 && (a.head_dim & (a.head_dim - 1)) == 0;
@@ -799,21 +730,16 @@ void attention(const AttnArgs& a, cudaStream_t s) {
     return;
   }
   if (attention_decode_supported(a)) {
-    AttnArgs b = a;
-    const bool fused = attention_decode_merges_in_kernel(a);
-    if (!fused) b.merge_count = nullptr;
     switch (a.head_dim) {
-      case 32: decode_for<32>(b, s); break;
-      case 64: decode_for<64>(b, s); break;
-      case 128: decode_for<128>(b, s); break;
-      case 256: decode_for<256>(b, s); break;
-      default: decode_for<512>(b, s); break;
+      case 32: decode_for<32>(a, s); break;
+      case 64: decode_for<64>(a, s); break;
+      case 128: decode_for<128>(a, s); break;
+      case 256: decode_for<256>(a, s); break;
+      default: decode_for<512>(a, s); break;
     }
     GEM_CUDA_LAUNCHED();
-    if (!fused) {
-      launch_merge(a, 1, s);
-      GEM_CUDA_LAUNCHED();
-    }
+    launch_merge(a, 1, s);
+    GEM_CUDA_LAUNCHED();
     return;
   }
   if (a.tile_in_cache) {

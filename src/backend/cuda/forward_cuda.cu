@@ -124,9 +124,6 @@ class CudaBackend final : public Backend {
   float* g_ = nullptr;            // [T, F]
   Q8Act gq_;
   float* part_ = nullptr;
-  // Decode: per-KV-head counters of the in-kernel split merge (zero between launches), or null
-  // with GEM_CUDA_FUSE_MERGE=0 (a separate merge kernel for every layer).
-  int* merge_count_ = nullptr;
   void* prefill_scratch_ = nullptr;  // attention_prefill's (tiles of kGemmAttnMin tokens or more)
   size_t prefill_scratch_bytes_ = 0;
   int n_sm_ = 132;
@@ -415,10 +412,6 @@ Status CudaBackend::init() {
   g_ = f(T * F);
   gq_ = q8(F);
   part_ = f(part_floats);
-  if (const char* e = std::getenv("GEM_CUDA_FUSE_MERGE"); e == nullptr || e[0] != '0') {
-    merge_count_ = static_cast<int*>(dev_alloc(std::max(1, max_kv) * sizeof(int)));
-    if (merge_count_) GEM_CUDA_CHECK(cudaMemset(merge_count_, 0, std::max(1, max_kv) * sizeof(int)));
-  }
   if (T_ >= kGemmAttnMin) {
     for (int i = 0; i < cfg_.n_layers; ++i) {
       const model::LayerPlan& p = model_.plan[i];
@@ -481,7 +474,6 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
   a.tile_in_cache = true;
-  a.merge_count = merge_count_;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};

@@ -153,10 +153,6 @@ struct AttnArgs {
   // n = 1 only: the query's own K/V were already stored in the cache (qkv_prologue's KvDest),
   // so every key comes from the cache: the decode kernel (K/V tiles shared by a group's heads).
   bool tile_in_cache = false;
-  // Decode only: one int per KV head, zero between launches. When set (and the group's outputs
-  // fit one block: see attention_decode_merges_in_kernel), the last block of each group merges
-  // the splits itself instead of a separate merge kernel.
-  int* merge_count = nullptr;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s);
@@ -166,9 +162,6 @@ bool attention_decode_supported(const AttnArgs& a);
 // Whether that decode takes the tensor-core form (f16 cache, 8 or 16 heads per KV head, D 256
 // or 512; GEM_CUDA_ATTN_MMA=0 turns it off).
 bool attention_decode_uses_mma(const AttnArgs& a);
-// Whether that decode merges its splits in the kernel (merge_count set, CUDA-core form, r·D at
-// most 1024 and a multiple of 256: the sliding layers).
-bool attention_decode_merges_in_kernel(const AttnArgs& a);
 // One-time kernel attributes (the tensor-core decode's shared memory); call outside graph capture.
 void attention_setup();
 
