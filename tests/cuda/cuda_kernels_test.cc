@@ -332,65 +332,6 @@ TEST(CudaNorm, ResidualEpilogues) {
   }
 }
 
-// Decode products that take their input's residual epilogue in (matvec_norm): the stream
-// update, the norm and its q8 computed by every block, at 12B and 31B widths, with and without
-// a product output to add, a single product (more rows than one sweep of the grid, an odd count)
-// and the gated pair; against the CPU epilogue and products within the q8 bound.
-void check_matvec_norm(int E, int64_t rows, bool with_f, bool gated) {
-  const auto x = randn(E), f = randn(E, 5.0f), wp = randn(E), wn = randn(E);
-  const float scale = 0.97f;
-  std::vector<float> rx(x), rf(E), rh(E);
-  if (with_f) {
-    cpu::rms_norm(f.data(), wp.data(), 1, E, 1e-6f, rf.data());
-    cpu::add(rx.data(), rf.data(), E);
-    cpu::scale(rx.data(), E, scale);
-  }
-  cpu::rms_norm(rx.data(), wn.data(), 1, E, 1e-6f, rh.data());
-  const auto graw = random_blocks(DType::kQ4_0, rows, E), uraw = random_blocks(DType::kQ4_0, rows, E);
-  const model::TensorView gv = view(DType::kQ4_0, graw, rows, E), uv = view(DType::kQ4_0, uraw, rows, E);
-  std::vector<float> g(rows), u(rows);
-  cpu::matmul_ref(gv, rh.data(), 1, g.data());
-  cpu::matmul_ref(uv, rh.data(), 1, u.data());
-  const auto gb = q8_error_bound(gv, rh), ub = q8_error_bound(uv, rh);
-  DevWeights dg(DType::kQ4_0, graw, rows, E), du(DType::kQ4_0, uraw, rows, E);
-  Dev<float> dx(x), df(f), dwp(wp), dwn(wn), dsc(std::vector<float>{scale}), dxo(E), dy(rows);
-  const cuda::NormInput in{dx.p, with_f ? df.p : nullptr, dwp.p, dsc.p, dwn.p,
-                           with_f ? dxo.p : nullptr, E, 1e-6f};
-  ASSERT_TRUE(cuda::matvec_norm_supported(dg.m, E));
-  cuda::matvec_norm(dg.m, gated ? &du.m : nullptr, in, dy.p, 132, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  if (with_f) {
-    const auto xo = dxo.get();
-    for (int i = 0; i < E; ++i) ASSERT_NEAR(xo[i], rx[i], 1e-5 * std::fabs(rx[i]) + 1e-5) << i;
-  }
-  const auto y = dy.get();
-  int bad = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    double ref = g[i], tol = gb[i];
-    if (gated) {
-      ref = cpu::gelu_tanh(g[i]) * u[i];
-      tol = 1.13 * std::fabs(u[i]) * gb[i] + std::fabs(cpu::gelu_tanh(g[i])) * ub[i] +
-            gb[i] * ub[i] + 1e-5;
-    }
-    if (!(std::fabs(y[i] - ref) <= tol) && bad++ < 5) {
-      ADD_FAILURE() << "E " << E << " rows " << rows << " f " << with_f << " gated " << gated
-                    << " row " << i << ": gpu " << y[i] << " ref " << ref << " tol " << tol;
-    }
-  }
-  EXPECT_EQ(bad, 0);
-}
-
-TEST(CudaMatvec, FusedResidualEpilogueProducts) {
-  REQUIRE_GPU();
-  check_matvec_norm(3840, 8192 + 2 * 2048 + 1, true, false);  // 12B q|k|v (+1: odd rows)
-  check_matvec_norm(3840, 15360, true, true);                // 12B gate|up
-  check_matvec_norm(5376, 9001, true, false);                // 31B widths
-  check_matvec_norm(5376, 4000, true, true);
-  check_matvec_norm(3840, 3000, false, false);               // x as is (no product to add)
-  DevWeights q8w(DType::kQ8_0, random_blocks(DType::kQ8_0, 64, 3840), 64, 3840);
-  EXPECT_FALSE(cuda::matvec_norm_supported(q8w.m, 3840));    // Q8_0 keeps the separate epilogue
-}
-
 // q/k/v prologue of a 31B full layer (D = 512, proportional RoPE) and a 12B sliding layer.
 // With `store`, the prologue also writes k and v into a ring (or linear) cache, f16 or f32.
 void check_prologue(int H, int G, int D, bool v_from_k, float theta, bool proportional, int pos0,

@@ -96,61 +96,6 @@ __device__ __forceinline__ void q8_block_out(float v, int8_t* q, float2* ds, int
   if (lane == 0) *ds = make_float2(s, s * qsum);
 }
 
-// The residual epilogue of one row, by the whole block (blockDim.x a multiple of 32, thread i
-// owning elements i + k·blockDim for k < kPer, so cols ≤ kPer·blockDim, cols % 32 == 0):
-//   x' = (x + rms_norm(f)·w_post)·scale   (scale = out_scale[0] or 1; x' = x when f is null)
-//   h  = rms_norm(x')·w_next   (skipped when w_next is null)
-// stored where asked: x' to x_out, h to h_out, and the q8 blocks of h (kernels.cuh's Q8Act form)
-// to q/ds. Every input is loaded into registers up front: one round trip to memory, then two
-// block reductions. `red` is __shared__ float[32]. x_out may alias x (the in-place epilogue).
-template <int kPer>
-__device__ __forceinline__ void residual_row(const float* x, const float* f,
-                                             const float* w_post, const float* out_scale,
-                                             const float* w_next, int cols, float eps,
-                                             float* x_out, float* h_out, int8_t* q, float2* ds,
-                                             float* red) {
-  const int lane = threadIdx.x & 31;
-  float fv[kPer], xv[kPer], wp[kPer], wn[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    const bool in = c < cols;
-    fv[k] = f && in ? f[c] : 0.0f;
-    wp[k] = f && in ? __ldg(w_post + c) : 0.0f;
-    wn[k] = w_next && in ? __ldg(w_next + c) : 0.0f;
-    xv[k] = in ? x[c] : 0.0f;
-  }
-  if (f) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) ss += fv[k] * fv[k];
-    ss = block_sum(ss, red);
-    const float inv_f = rsqrtf(ss / cols + eps);
-    const float scale = out_scale ? out_scale[0] : 1.0f;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int c = threadIdx.x + k * blockDim.x;
-      xv[k] = (xv[k] + fv[k] * inv_f * wp[k]) * scale;
-      if (x_out && c < cols) x_out[c] = xv[k];
-    }
-  }
-  if (!w_next) return;
-  float ss2 = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) ss2 += xv[k] * xv[k];
-  ss2 = block_sum(ss2, red);
-  const float inv = rsqrtf(ss2 / cols + eps);
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
-    if (base < cols) {
-      const float v = xv[k] * inv * wn[k];
-      if (h_out) h_out[base + lane] = v;
-      if (q) q8_block_out(v, q + base, ds + base / 32, lane);
-    }
-  }
-}
-
 __device__ __forceinline__ float gelu_tanh(float u) {
   const float k = 0.7978845608028654f;  // sqrt(2/pi)
   return 0.5f * u * (1.0f + tanhf(k * (u + 0.044715f * u * u * u)));

@@ -111,10 +111,6 @@ class CudaBackend final : public Backend {
   int32_t* step_dev_ = nullptr;  // [1 + T]: StepParams{pos0}, then the tile's token ids
   int32_t* step_host_ = nullptr;  // pinned mirror
   float* x_ = nullptr;            // [T, E] residual stream
-  // Decode with fused epilogues (fused_norm_): the stream alternates between x_ and x2_ ([E]):
-  // x_ after the embedding and after each attention block, x2_ after each FFN block.
-  float* x2_ = nullptr;
-  bool fused_norm_ = false;
   float* h_ = nullptr;            // [T, E] normed input of the next product
   Q8Act hq_;                      // q8 of h_
   float* a_ = nullptr;            // [T, E] output of attn_output / ffn_down
@@ -384,18 +380,6 @@ Status CudaBackend::init() {
     }
   }
 
-  // Decode products take their input's residual epilogue in (matvec_norm) when every q|k|v,
-  // gate and up is Q4_0 (GEM_CUDA_FUSE_NORM=0: separate epilogue kernels).
-  {
-    const char* e = std::getenv("GEM_CUDA_FUSE_NORM");
-    fused_norm_ = e == nullptr || e[0] != '0';
-    for (const DevLayer& L : layers_) {
-      fused_norm_ = fused_norm_ && cuda::matvec_norm_supported(L.qkv, cfg_.n_embd) &&
-                    cuda::matvec_norm_supported(L.gate, cfg_.n_embd) &&
-                    cuda::matvec_norm_supported(L.up, cfg_.n_embd);
-    }
-  }
-
   // ---- scratch ----
   const size_t T = static_cast<size_t>(T_);
   const int max_cols = std::max({E, F, H * max_dim});
@@ -415,7 +399,6 @@ Status CudaBackend::init() {
   };
   step_dev_ = static_cast<int32_t*>(dev_alloc((1 + T) * sizeof(int32_t)));
   x_ = f(T * E);
-  x2_ = f(E);
   h_ = f(T * E);
   hq_ = q8(E);
   a_ = f(T * E);
@@ -487,16 +470,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  // The stream: x_ at the layer's start (layer 0) or x2_ plus the last layer's ffn_down output
-  // in a_ still to add (fused epilogues, later layers); x_ in place otherwise.
-  const bool fused = fused_norm_;
-  if (fused && p.layer > 0) {
-    const DevLayer& P = layers_[p.layer - 1];
-    const cuda::NormInput in{x2_, a_, P.post_ffw_norm, P.out_scale, L.attn_norm, x_, E, eps};
-    if (!skip("qkv")) cuda::matvec_norm(L.qkv, nullptr, in, qkv_, n_sm_, stream_);
-  } else if (!skip("qkv")) {
-    cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
-  }
+  if (!skip("qkv")) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
   a.tile_in_cache = true;
@@ -517,31 +491,23 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
                    L.v_cache, stream_);
   }
   if (!skip("wo")) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
+  if (!skip("res")) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
-  if (fused) {
-    const cuda::NormInput in{x_, a_, L.post_attn_norm, nullptr, L.ffn_norm, x2_, E, eps};
-    if (!skip("gated")) cuda::matvec_norm(L.gate, &L.up, in, g_, n_sm_, stream_);
+  if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
+    if (!skip("gated")) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
   } else {
-    if (!skip("res")) {
-      cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
-    }
-    if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-      if (!skip("gated")) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
-    } else {
-      cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
-      cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
-      cuda::gelu_mul(gu_, 1, F, g_, stream_);
-    }
+    cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
+    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
+    cuda::gelu_mul(gu_, 1, F, g_, stream_);
   }
   // A separate kernel: quantising g inside the gated product (last block of each 32-row group,
   // after a fence) measured 1 µs slower per layer on the H200 than this launch.
   if (down_q8 && !skip("q8")) cuda::quantize_q8(g_, 1, F, gq_, stream_);
   if (!skip("down")) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  if (fused && !last) return;  // the next layer's q|k|v product takes this epilogue in
   if (!skip("res")) {
-    cuda::residual_norm_scale(fused ? x2_ : x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E,
-                              eps, h_, hq_, stream_);
+    cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
+                              stream_);
   }
 }
 

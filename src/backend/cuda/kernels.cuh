@@ -119,24 +119,6 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
 // Fused FFN for decode: g[t, i] = gelu_tanh(gate[i]·x) · (up[i]·x), gate/up Q4_0.
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s);
-// Decode's products fed by a residual epilogue, without a kernel for the epilogue: every block
-// computes, for the one token, x' = (x + rms_norm(f)·w_post)·scale (x' = x when f is null),
-// h = rms_norm(x')·w_next and h's q8 blocks itself (block 0 also stores x' to x_out, which must
-// not alias x), then y = W·h (up null) or y = gelu_tanh(W·h)·(up·h). Q4_0 weights of `cols`
-// columns (matvec_norm_supported). One block per SM.
-struct NormInput {
-  const float* x;          // [cols] the residual stream
-  const float* f;          // [cols] a product's output to add after its norm, or null
-  const float* w_post;     // its norm weight
-  const float* out_scale;  // [1] layer_output_scale, or null
-  const float* w_next;     // the norm weight of h
-  float* x_out;            // [cols] x', or null
-  int cols;
-  float eps;
-};
-bool matvec_norm_supported(const DevMatrix& w, int cols);
-void matvec_norm(const DevMatrix& w, const DevMatrix* up, const NormInput& in, float* y, int n_sm,
-                 cudaStream_t s);
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);

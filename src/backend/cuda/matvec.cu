@@ -3,8 +3,6 @@
 // dequantisation that feeds cuBLAS in prefill.
 #include <cuda_fp16.h>
 
-#include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -107,9 +105,7 @@ __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
 // each, starting at row0 (clamped to rows − 1 for loading), activations of token row x4/ds.
 // This warp takes the blocks first, first + stride, … (stride = 32 · the warps sharing a row).
-// x4/ds live in global memory (read through the read-only cache) or, with kSmemX, in shared
-// memory (the fused products' block-local q8 copy of their input).
-template <bool kQ8, int kMats, int kRows, int kUnroll, bool kSmemX = false>
+template <bool kQ8, int kMats, int kRows, int kUnroll>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
                                                 const int4* x4, const float2* ds, int first,
@@ -136,15 +132,9 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
     for (int u = 0; u < kUnroll; ++u) {
       const int b = b0 + stride * u;
       if (b < nb) {
-        if constexpr (kSmemX) {
-          x0[u] = x4[2 * b];
-          x1[u] = x4[2 * b + 1];
-          s[u] = ds[b];
-        } else {
-          x0[u] = __ldg(x4 + 2 * b);
-          x1[u] = __ldg(x4 + 2 * b + 1);
-          s[u] = __ldg(ds + b);
-        }
+        x0[u] = __ldg(x4 + 2 * b);
+        x1[u] = __ldg(x4 + 2 * b + 1);
+        s[u] = __ldg(ds + b);
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -278,49 +268,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
     const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
     if (lane == 0 && row0 + r < rows) {
       g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
-    }
-  }
-}
-
-// Decode's products whose input is a residual epilogue (kernels.cuh, matvec_norm): every block
-// first computes the epilogue of the one token itself (residual_row: the updated stream, its
-// norm and the q8 blocks, into shared memory; block 0 also stores the stream), while the L2
-// fetches its warps' first weights, then its warps take row groups of kRows rows in turn over
-// the whole matrix. One block of kNormThreads per SM keeps the repeated epilogue at one per SM;
-// kMats = 1: y = W·h; kMats = 2: y = gelu_tanh(gate·h)·(up·h).
-constexpr int kNormThreads = 512;
-
-template <int kMats, int kRows, int kUnroll, int kPer>
-__global__ void __launch_bounds__(kNormThreads)
-    matvec_norm_kernel(const uint8_t* q0, const __half* d0, const uint8_t* q1, const __half* d1,
-                       int64_t rows, NormInput in, float* y, MatvecConfig mc) {
-  extern __shared__ __align__(16) unsigned char norm_smem[];
-  __shared__ float red[32];
-  pdl_trigger();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_warps = kNormThreads / 32, nb = in.cols / 32;
-  const uint8_t* q[2] = {q0, q1};
-  const __half* dd[2] = {d0, d1};
-  const int64_t step = static_cast<int64_t>(gridDim.x) * n_warps * kRows;
-  int64_t row0 = (static_cast<int64_t>(blockIdx.x) * n_warps + warp) * kRows;
-  if (row0 < rows) prefetch_rows<false, kMats, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
-  pdl_wait();
-  int8_t* xq = reinterpret_cast<int8_t*>(norm_smem);
-  float2* xds = reinterpret_cast<float2*>(norm_smem + in.cols);
-  residual_row<kPer>(in.x, in.f, in.w_post, in.out_scale, in.w_next, in.cols, in.eps,
-                     blockIdx.x == 0 ? in.x_out : nullptr, nullptr, xq, xds, red);
-  __syncthreads();
-  const uint64_t pol = weight_policy(mc.evict_first);
-  for (; row0 < rows; row0 += step) {
-    float acc[kMats][kRows] = {};
-    accumulate_rows<false, kMats, kRows, kUnroll, true>(q, dd, rows, nb, row0,
-                                                        reinterpret_cast<const int4*>(xq), xds,
-                                                        lane, 32, pol, acc);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float v = warp_sum(acc[0][r]);
-      if constexpr (kMats == 2) v = gelu_tanh(v) * warp_sum(acc[1][r]);
-      if (lane == 0 && row0 + r < rows) y[row0 + r] = v;
     }
   }
 }
@@ -509,44 +456,6 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
     case 2: launch_gated<4, 1>(gate, up, xq, n, g, mc, s); break;
     case 3: launch_gated<1, 2>(gate, up, xq, n, g, mc, s); break;
     default: launch_gated<2, 2>(gate, up, xq, n, g, mc, s);
-  }
-  GEM_CUDA_LAUNCHED();
-}
-
-bool matvec_norm_supported(const DevMatrix& w, int cols) {
-  return w.type == WType::kQ4_0 && w.cols == cols && cols % 32 == 0 &&
-         cols <= 12 * kNormThreads;
-}
-
-namespace {
-template <int kMats, int kPer>
-void launch_norm(const DevMatrix& a, const DevMatrix* b, const NormInput& in, float* y, int n_sm,
-                 MatvecConfig mc, cudaStream_t s) {
-  constexpr int kRows = 2, kUnroll = kMats == 1 ? 4 : 2;
-  auto kernel = matvec_norm_kernel<kMats, kRows, kUnroll, kPer>;
-  const size_t smem = static_cast<size_t>(in.cols) + in.cols / 32 * sizeof(float2);
-  const int64_t groups = (a.rows + kRows - 1) / kRows;
-  const int64_t blocks = std::min<int64_t>(n_sm, (groups + kNormThreads / 32 - 1) / (kNormThreads / 32));
-  launch(kernel, static_cast<unsigned>(blocks), kNormThreads, smem, s, a.qs, a.d,
-         b ? b->qs : nullptr, b ? b->d : nullptr, a.rows, in, y, mc);
-}
-}  // namespace
-
-void matvec_norm(const DevMatrix& w, const DevMatrix* up, const NormInput& in, float* y, int n_sm,
-                 cudaStream_t s) {
-  if (!matvec_norm_supported(w, in.cols) || (up && !matvec_norm_supported(*up, in.cols)) ||
-      (up && up->rows != w.rows)) {
-    std::fprintf(stderr, "matvec_norm: Q4_0 weights of %d columns (at most %d) expected\n",
-                 in.cols, 12 * kNormThreads);
-    std::abort();
-  }
-  const MatvecConfig mc = matvec_config();
-  const bool small = in.cols <= 8 * kNormThreads;
-  if (up) {
-    small ? launch_norm<2, 8>(w, up, in, y, n_sm, mc, s) : launch_norm<2, 12>(w, up, in, y, n_sm, mc, s);
-  } else {
-    small ? launch_norm<1, 8>(w, nullptr, in, y, n_sm, mc, s)
-          : launch_norm<1, 12>(w, nullptr, in, y, n_sm, mc, s);
   }
   GEM_CUDA_LAUNCHED();
 }

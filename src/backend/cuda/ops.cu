@@ -84,8 +84,11 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
 }
 
 // x = (x + rms_norm(a, w_post)) · scale; then h = rms_norm(x, w_next) (+ q8) when w_next.
-// With a == nullptr only the second half runs: h = rms_norm(x, w_next) (+ q8). One block per
-// row (residual_row): in decode it runs on one block, and its latency is the step's.
+// With a == nullptr only the second half runs: h = rms_norm(x, w_next) (+ q8).
+// Thread i owns elements i + k·blockDim (k < kPer). Every input (a, x and both weights) is
+// loaded into registers up front, so the kernel is one round trip to memory plus two block
+// reductions: it runs once or twice per layer in decode, on one block, and its latency is the
+// step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0).
 template <int kPer>
 __global__ void residual_kernel(float* x, const float* __restrict__ a,
                                 const float* __restrict__ w_post, const float* out_scale,
@@ -93,11 +96,53 @@ __global__ void residual_kernel(float* x, const float* __restrict__ a,
                                 float* __restrict__ h, Q8Act hq) {
   __shared__ float red[32];
   pdl_trigger();
+  const int t = blockIdx.x, lane = threadIdx.x & 31;
+  const int64_t off = static_cast<int64_t>(t) * cols;
+  float wp[kPer], wn[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    wp[k] = a && c < cols ? __ldg(w_post + c) : 0.0f;
+    wn[k] = w_next && c < cols ? __ldg(w_next + c) : 0.0f;
+  }
   pdl_wait();
-  const int64_t t = blockIdx.x, off = t * cols;
-  residual_row<kPer>(x + off, a ? a + off : nullptr, w_post, out_scale, w_next, cols, eps,
-                     a ? x + off : nullptr, h + off, hq.q ? hq.q + off : nullptr,
-                     hq.q ? hq.ds + t * (cols / 32) : nullptr, red);
+  float av[kPer], xv[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    av[k] = a && c < cols ? a[off + c] : 0.0f;
+    xv[k] = c < cols ? x[off + c] : 0.0f;
+  }
+  if (a) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) ss += av[k] * av[k];
+    ss = block_sum(ss, red);
+    const float inv_a = rsqrtf(ss / cols + eps);
+    const float scale = out_scale ? out_scale[0] : 1.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int c = threadIdx.x + k * blockDim.x;
+      xv[k] = (xv[k] + av[k] * inv_a * wp[k]) * scale;
+      if (c < cols) x[off + c] = xv[k];
+    }
+  }
+  if (!w_next) return;
+  float ss2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) ss2 += xv[k] * xv[k];
+  ss2 = block_sum(ss2, red);
+  const float inv = rsqrtf(ss2 / cols + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
+    if (base < cols) {
+      const int c = base + lane;
+      const float v = xv[k] * inv * wn[k];
+      h[off + c] = v;
+      if (hq.q) q8_block_out(v, hq.q + off + base, hq.ds + static_cast<int64_t>(t) * (cols / 32) + base / 32, lane);
+    }
+  }
 }
 
 // Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8.
