@@ -509,20 +509,39 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const int kb = range.kb, ke = range.ke;
   const int n_tiles = kb < ke ? (ke - kb + kMmaKeys - 1) / kMmaKeys : 0;
 
-  // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8).
+  // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8). The
+  // block first stages the group's Q as f16 rows (zero past r) in stage 0's memory with
+  // coalesced 16-byte loads, all in flight at once, so every warp then reads its fragments from
+  // shared memory (reading them from global memory was 256 scattered loads per lane).
   uint32_t qa[kKS][4];
   {
-    const float* q0 = a.q + static_cast<int64_t>(g * r + qr) * D;
-    const float* q8 = a.q + static_cast<int64_t>(g * r + qr + 8) * D;
-    const bool has8 = qr + 8 < r;
+    __half* qs = stage_base;  // [16][kRowH], inside stage 0 (2·16 rows)
+    constexpr int kQLoads = kMmaKeys * D / 4 / (kDecWarps * 32);
+    float4 v[kQLoads];
+#pragma unroll
+    for (int u = 0; u < kQLoads; ++u) {
+      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
+      v[u] = row < r ? __ldg(reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D) + c4)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kQLoads; ++u) {
+      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(qs + row * kRowH + 4 * c4);
+      dst[0] = pack_half2(v[u].x, v[u].y);
+      dst[1] = pack_half2(v[u].z, v[u].w);
+    }
+    __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
-      const int c = ks * 16 + qc;
-      qa[ks][0] = pack_half2(q0[c], q0[c + 1]);
-      qa[ks][1] = has8 ? pack_half2(q8[c], q8[c + 1]) : 0u;
-      qa[ks][2] = pack_half2(q0[c + 8], q0[c + 9]);
-      qa[ks][3] = has8 ? pack_half2(q8[c + 8], q8[c + 9]) : 0u;
+      const __half* q0 = qs + qr * kRowH + ks * 16 + qc;
+      const __half* q8 = q0 + 8 * kRowH;
+      qa[ks][0] = *reinterpret_cast<const uint32_t*>(q0);
+      qa[ks][1] = *reinterpret_cast<const uint32_t*>(q8);
+      qa[ks][2] = *reinterpret_cast<const uint32_t*>(q0 + 8);
+      qa[ks][3] = *reinterpret_cast<const uint32_t*>(q8 + 8);
     }
+    __syncthreads();  // stage 0 is filled next
   }
   float acc[kNB][4];
 #pragma unroll
