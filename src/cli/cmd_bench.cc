@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/timer.h"
+#include "cli/build_info.h"
 #include "cli/command.h"
 #include "model/model.h"
 #if GEM_HAVE_CUDA
@@ -215,7 +216,7 @@ int run_bench(const BenchArgs& a) {
                      {"test", t.name()},
                      {"median_tps", median(t.tps)},
                      {"samples_tps", t.tps},
-                     {"build_commit", GEM_GIT_COMMIT}});
+                     {"build_commit", build_commit()}});
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -229,7 +230,7 @@ int run_bench(const BenchArgs& a) {
                 bytes / 1073741824.0, params / 1e9, std::string(b.name()).c_str(), a.kv_type.c_str(),
                 a.tile, t.name().c_str(), median(t.tps), samples.c_str());
   }
-  std::printf("\nbuild: %s\n", GEM_GIT_COMMIT);
+  std::printf("\nbuild: %s\n", build_commit());
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "cli/backend_flags.h"
+#include "cli/build_info.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "cli/command.h"
@@ -102,7 +103,7 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   o.max_queue = a.queue;
   o.timeout_s = a.timeout_s;
   o.heartbeat_s = a.ping_s;
-  o.build_info = std::string(GEM_VERSION) + "-" + GEM_GIT_COMMIT;
+  o.build_info = std::string(GEM_VERSION) + "-" + build_commit();
   auto running = std::make_unique<RunningServer>();
   running->server = std::make_unique<server::Server>(o);
   GEM_RETURN_IF_ERROR(running->server->bind());

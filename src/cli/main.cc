@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 
+#include "cli/build_info.h"
 #include "cli/command.h"
 
 namespace gem::cli {
@@ -27,7 +28,7 @@ int fail(const std::string& command, const std::string& message) {
 int main(int argc, char** argv) {
   using namespace gem::cli;
   CLI::App app{"gem: an inference server for Google's Gemma 4 dense models (12B, 31B)", "gem"};
-  app.set_version_flag("--version", std::string("gem ") + GEM_VERSION + " (" + GEM_GIT_COMMIT + ")");
+  app.set_version_flag("--version", std::string("gem ") + GEM_VERSION + " (" + build_commit() + ")");
   app.require_subcommand(1);
   std::vector<Command> table = command_table();
   std::sort(table.begin(), table.end(),
