@@ -176,33 +176,26 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   cuda::quantize_q8(dx.p, 1, static_cast<int>(cols), q, nullptr);
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
-  // The quantised products under every configuration: 1, 2 and 4 warps per row group (long and
-  // short rows alike), weight loads evict-first or normal.
-  const cuda::MatvecConfig saved = cuda::matvec_config();
-  for (int kw : {1, 2, 4}) {
-    for (bool ef : {true, false}) {
-      if (!q8 && (kw != 1 || !ef)) continue;
-      cuda::MatvecConfig c = saved;
-      c.kw_long = c.kw_short = kw;
-      c.evict_first = ef;
-      cuda::set_matvec_config(c);
-      cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
-      cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<float> y = dy.get();
-      int bad = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double tol = q8 ? bound[r] : 1e-4 * (std::fabs(ref[r]) + 1.0);
-        if (!(std::fabs(y[r] - ref[r]) <= tol) && bad++ < 5) {
-          ADD_FAILURE() << dtype_name(type) << " " << rows << "x" << cols << " kw " << kw
-                        << " evict_first " << ef << " row " << r << ": gpu " << y[r] << " ref "
-                        << ref[r] << " tol " << tol;
-        }
+  // The quantised products with weight loads L2 evict-first and normal, with and without the
+  // early L2 prefetch of the first loads.
+  for (int variant = 0; variant < (q8 ? 3 : 1); ++variant) {
+    cuda::MatvecConfig c;
+    c.evict_first = variant != 1;
+    c.early_prefetch = variant == 2;
+    cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
+    cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr, c);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> y = dy.get();
+    int bad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double tol = q8 ? bound[r] : 1e-4 * (std::fabs(ref[r]) + 1.0);
+      if (!(std::fabs(y[r] - ref[r]) <= tol) && bad++ < 5) {
+        ADD_FAILURE() << dtype_name(type) << " " << rows << "x" << cols << " variant " << variant
+                      << " row " << r << ": gpu " << y[r] << " ref " << ref[r] << " tol " << tol;
       }
-      EXPECT_EQ(bad, 0);
     }
+    EXPECT_EQ(bad, 0);
   }
-  cuda::set_matvec_config(saved);
 }
 
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
@@ -238,13 +231,12 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   Dev<float2> xds(E / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
-  const cuda::MatvecConfig saved = cuda::matvec_config();
-  for (int form = 0; form < 4; ++form) {
-    cuda::MatvecConfig c = saved;
-    c.gated_form = form;
-    cuda::set_matvec_config(c);
+  for (int variant = 0; variant < 3; ++variant) {
+    cuda::MatvecConfig c;
+    c.evict_first = variant != 1;
+    c.early_prefetch = variant == 2;
     cudaMemset(dy.p, 0xff, F * sizeof(float));
-    cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr);
+    cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto y = dy.get();
     int bad = 0;
@@ -254,13 +246,12 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
       const double tol = 1.13 * std::fabs(u[i]) * gb[i] + std::fabs(cpu::gelu_tanh(g[i])) * ub[i] +
                          gb[i] * ub[i] + 1e-5;
       if (!(std::fabs(y[i] - ref) <= tol) && bad++ < 5) {
-        ADD_FAILURE() << "form " << form << " row " << i << ": gpu " << y[i] << " ref " << ref
-                      << " tol " << tol;
+        ADD_FAILURE() << "variant " << variant << " row " << i << ": gpu " << y[i] << " ref "
+                      << ref << " tol " << tol;
       }
     }
     EXPECT_EQ(bad, 0);
   }
-  cuda::set_matvec_config(saved);
 }
 
 TEST(CudaDequant, F16RowsMatchGetRow) {

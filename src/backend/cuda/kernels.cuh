@@ -98,27 +98,26 @@ void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s);
 void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 
 // ---- matvec.cu ----
-// How the quantised products run (matvec_config(): from the environment at first use, then
-// set_matvec_config() for tests). Rows of at least kLongRowBlocks 32-blocks are "long".
-constexpr int kLongRowBlocks = 256;
+// How the quantised products load their weights: L2 evict-first (every weight byte is read once
+// per step; GEM_CUDA_MV_EF=0 for the default policy), and an L2 prefetch of each warp's first
+// loads before pdl_wait (only worth it with PDL on, so matvec_config() sets it from that).
 struct MatvecConfig {
-  bool evict_first = true;      // weight loads marked L2 evict-first (GEM_CUDA_MV_EF=0: normal)
-  bool early_prefetch = false;  // L2 prefetch of the first loads before pdl_wait (PDL on)
-  int kw_long = 1;   // warps sharing a row group, long rows: 1, 2 or 4 (GEM_CUDA_MV_KW_LONG)
-  int kw_short = 1;  // the same for shorter rows (GEM_CUDA_MV_KW_SHORT)
-  // Rows per warp × blocks in flight per lane of the gated product (GEM_CUDA_MV_GATED):
-  // 0: 2 × 2, 1: 1 × 4, 2: 4 × 1, 3: 1 × 2.
-  int gated_form = 0;
+  bool evict_first = true;
+  bool early_prefetch = false;
 };
 MatvecConfig matvec_config();
-void set_matvec_config(const MatvecConfig& c);
 // y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0 take xq (q8), F32/Q6_K take x.
 // With cap > 0 the result is soft-capped (the output head).
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s);
+// The same with an explicit configuration (tests).
+void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
+            cudaStream_t s, const MatvecConfig& mc);
 // Fused FFN for decode: g[t, i] = gelu_tanh(gate[i]·x) · (up[i]·x), gate/up Q4_0.
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s);
+void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                  cudaStream_t s, const MatvecConfig& mc);
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);

@@ -104,13 +104,11 @@ __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int
 
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
 // each, starting at row0 (clamped to rows − 1 for loading), activations of token row x4/ds.
-// This warp takes the blocks first, first + stride, … (stride = 32 · the warps sharing a row).
 template <bool kQ8, int kMats, int kRows, int kUnroll>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
-                                                const int4* x4, const float2* ds, int first,
-                                                int stride, uint64_t pol,
-                                                float (&acc)[kMats][kRows]) {
+                                                const int4* x4, const float2* ds, int lane,
+                                                uint64_t pol, float (&acc)[kMats][kRows]) {
   const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
   const uint8_t* wrow[kMats][kRows];
   const __half* drow[kMats][kRows];
@@ -123,14 +121,14 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
       drow[m][r] = d[m] + row * nb;
     }
   }
-  for (int b0 = first; b0 < nb; b0 += stride * kUnroll) {
+  for (int b0 = lane; b0 < nb; b0 += 32 * kUnroll) {
     WBlock<kQ8> w[kUnroll][kMats][kRows];
     __half dw[kUnroll][kMats][kRows];
     int4 x0[kUnroll], x1[kUnroll];
     float2 s[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int b = b0 + stride * u;
+      const int b = b0 + 32 * u;
       if (b < nb) {
         x0[u] = __ldg(x4 + 2 * b);
         x1[u] = __ldg(x4 + 2 * b + 1);
@@ -147,7 +145,7 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (b0 + stride * u < nb) {
+      if (b0 + 32 * u < nb) {
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -187,55 +185,33 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const* qs, const __
   }
 }
 
-// y[t, r] for kRows consecutive rows per group of kKW warps (each takes every kKW-th 32-block
-// stretch of the row; their sums meet in shared memory); blockIdx.y = token t.
-template <bool kQ8, int kRows, int kUnroll, int kKW>
+// y[t, r] for kRows consecutive rows per warp; blockIdx.y = token t.
+template <bool kQ8, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
                     const int8_t* xq, const float2* xds, float* y, float cap, MatvecConfig mc) {
-  static_assert(kQWarps % kKW == 0, "the warps of a block split into row groups");
   pdl_trigger();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % kKW;
+  const int lane = threadIdx.x & 31;
   const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * (kQWarps / kKW) + warp / kKW) * kRows;
+      (static_cast<int64_t>(blockIdx.x) * kQWarps + (threadIdx.x >> 5)) * kRows;
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[1] = {qs};
   const __half* dd[1] = {d};
-  if (mc.early_prefetch && row0 < rows && ks == 0) {
+  if (mc.early_prefetch && row0 < rows) {
     prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
   pdl_wait();
-  if (kKW == 1 && row0 >= rows) return;
+  if (row0 >= rows) return;
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[1][kRows] = {};
-  const uint64_t pol = weight_policy(mc.evict_first);
-  if (row0 < rows) {
-    accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane + 32 * ks,
-                                            32 * kKW, pol, acc);
-  }
-  float v[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) v[r] = warp_sum(acc[0][r]);
-  if constexpr (kKW > 1) {
-    __shared__ float red[kQWarps][kRows];
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) red[warp][r] = v[r];
-    }
-    __syncthreads();
-    if (ks != 0) return;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      v[r] = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kKW; ++k) v[r] += red[warp + k][r];
-    }
-  }
+  accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane,
+                                          weight_policy(mc.evict_first), acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
+    const float v = warp_sum(acc[0][r]);
     if (lane == 0 && row0 + r < rows) {
-      y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v[r] / cap) : v[r];
+      y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
     }
   }
 }
@@ -261,7 +237,7 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
   const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[2][kRows] = {};
-  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane, 32,
+  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane,
                                             weight_policy(mc.evict_first), acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -367,68 +343,29 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
   GEM_CUDA_LAUNCHED();
 }
 
-namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e != nullptr && e[0] != '\0' ? std::atoi(e) : fallback;
-}
-
-MatvecConfig& config_ref() {
-  static MatvecConfig c = [] {
-    MatvecConfig m;
-    m.evict_first = env_int("GEM_CUDA_MV_EF", m.evict_first ? 1 : 0) != 0;
-    m.kw_long = env_int("GEM_CUDA_MV_KW_LONG", m.kw_long);
-    m.kw_short = env_int("GEM_CUDA_MV_KW_SHORT", m.kw_short);
-    m.gated_form = env_int("GEM_CUDA_MV_GATED", m.gated_form);
-    return m;
-  }();
-  return c;
-}
-
-template <bool kQ8, int kUnroll>
-void launch_matvec_q(const DevMatrix& w, Q8Act xq, int n, float* y, float cap, int kw,
-                     MatvecConfig mc, cudaStream_t s) {
-  constexpr int kRows = 2;
-  const int64_t rows_per_block = kQWarps / kw * kRows;
-  const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
-  const int cols = static_cast<int>(w.cols);
-  switch (kw) {
-    case 4:
-      launch(matvec_q_kernel<kQ8, kRows, kUnroll, 4>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
-             cols, xq.q, xq.ds, y, cap, mc);
-      break;
-    case 2:
-      launch(matvec_q_kernel<kQ8, kRows, kUnroll, 2>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
-             cols, xq.q, xq.ds, y, cap, mc);
-      break;
-    default:
-      launch(matvec_q_kernel<kQ8, kRows, kUnroll, 1>, grid, kQWarps * 32, 0, s, w.qs, w.d, w.rows,
-             cols, xq.q, xq.ds, y, cap, mc);
-  }
-}
-
-int valid_kw(int kw) { return kw == 2 || kw == 4 ? kw : 1; }
-
-}  // namespace
-
 MatvecConfig matvec_config() {
-  MatvecConfig c = config_ref();
+  static const bool evict_first = [] {
+    const char* e = std::getenv("GEM_CUDA_MV_EF");
+    return e == nullptr || e[0] != '0';
+  }();
+  MatvecConfig c;
+  c.evict_first = evict_first;
   c.early_prefetch = pdl_enabled();
   return c;
 }
 
-void set_matvec_config(const MatvecConfig& c) { config_ref() = c; }
-
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
-            cudaStream_t s) {
-  const MatvecConfig mc = matvec_config();
+            cudaStream_t s, const MatvecConfig& mc) {
   if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
-    const int kw = valid_kw(w.cols / 32 >= kLongRowBlocks ? mc.kw_long : mc.kw_short);
+    constexpr int kRows = 2;
+    const int64_t rows_per_block = kQWarps * kRows;
+    const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
     if (w.type == WType::kQ4_0) {
-      launch_matvec_q<false, 4>(w, xq, n, y, cap, kw, mc, s);
+      launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s,
+             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap, mc);
     } else {
-      launch_matvec_q<true, 2>(w, xq, n, y, cap, kw, mc, s);
+      launch(matvec_q_kernel<true, kRows, 2>, grid, kQWarps * 32, 0, s,
+             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap, mc);
     }
   } else {
     const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
@@ -437,27 +374,24 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
   GEM_CUDA_LAUNCHED();
 }
 
-namespace {
-template <int kRows, int kUnroll>
-void launch_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
-                  MatvecConfig mc, cudaStream_t s) {
+void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
+            cudaStream_t s) {
+  matvec(w, x, xq, n, y, cap, s, matvec_config());
+}
+
+void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                  cudaStream_t s, const MatvecConfig& mc) {
+  constexpr int kRows = 2;
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  launch(matvec_gated_kernel<kRows, kUnroll>, grid, kQWarps * 32, 0, s, gate.qs, gate.d, up.qs,
-         up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
+  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
+         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
+  GEM_CUDA_LAUNCHED();
 }
-}  // namespace
 
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s) {
-  const MatvecConfig mc = matvec_config();
-  switch (mc.gated_form) {
-    case 1: launch_gated<1, 4>(gate, up, xq, n, g, mc, s); break;
-    case 2: launch_gated<4, 1>(gate, up, xq, n, g, mc, s); break;
-    case 3: launch_gated<1, 2>(gate, up, xq, n, g, mc, s); break;
-    default: launch_gated<2, 2>(gate, up, xq, n, g, mc, s);
-  }
-  GEM_CUDA_LAUNCHED();
+  matvec_gated(gate, up, xq, n, g, s, matvec_config());
 }
 
 void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaStream_t s) {
