@@ -8,7 +8,7 @@
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks. sweep: test, then gem bench on the 12B (and the
 # 31B when SWEEP_31B=1) once per line of $SWEEP_FILE (environment settings, e.g.
-# "GEM_CUDA_PREFETCH=0"), decode at the depths of $SWEEP_DEPTHS (default 0), then the 12B parity.
+# "GEM_CUDA_MV_EF=0"), decode at the depths of $SWEEP_DEPTHS (default 0), then the 12B parity.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 mode=${1:-test}
@@ -54,6 +54,16 @@ GEM=build-dev/bin/gem
 F=.device/shared/fixtures
 M=/tmp/models
 mkdir -p $M
+# The synthetic model's CUDA-vs-CPU check (first 16 greedy tokens, top-20): parity 12B|31B,
+# on $M/g12b.gguf or $M/g31b.gguf.
+parity() {
+  local lp
+  lp=$(echo "$1" | tr B b)
+  log "synthetic $1 vs CPU"
+  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_$1=$M/g$lp.gguf" timeout 120 \
+    build-dev/tests/cuda/cuda_backend_test --gtest_filter="*Synthetic$1*" 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_$1.txt"
+  tail -5 "$OUT/synth_$1.txt" | tee -a "$OUT/summary.txt"
+}
 
 # Measured copy bandwidth (bytes read + written), 4 GiB buffers, median of 20.
 python3 - <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
@@ -89,11 +99,8 @@ if [ "$mode" = quick ]; then
   $GEM synth --profile 12b -q -o $M/g12b.gguf
   log "gem bench 12b"
   $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b.txt"
-  log "synthetic 12B vs CPU"
-  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
-    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
-  tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
-  log done
+  parity 12B
+  log "done"
   exit 0
 fi
 if [ "$mode" = sweep ]; then
@@ -109,11 +116,8 @@ if [ "$mode" = sweep ]; then
         | grep -E "^\|" | tee -a "$OUT/summary.txt"
     done < "$SWEEP_FILE"
   done
-  log "synthetic 12B vs CPU"
-  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
-    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
-  tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
-  log done
+  parity 12B
+  log "done"
   exit 0
 fi
 if [ "$mode" = extra ]; then
@@ -130,7 +134,7 @@ if [ "$mode" = extra ]; then
     --launch-skip 192 --launch-count 192 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $GEM bench -m $M/g12b.gguf -p 0 -n 2 -d 32768 -r 1 --backend cuda > "$OUT/ncu_attn_12b.csv" 2> "$OUT/ncu_attn_12b.err"
   echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_attn_12b.csv")" | tee -a "$OUT/summary.txt"
-  log done
+  log "done"
   exit 0
 fi
 if [ "$mode" = dev ]; then
@@ -144,17 +148,14 @@ if [ "$mode" = dev ]; then
   GEM_CUDA_PDL=0 $GEM bench -m $M/g12b.gguf -p 0 -n 128 -d 0 -r 2 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b_tg_nopdl.txt"
   log "gem bench 12b prefill"
   $GEM bench -m $M/g12b.gguf -p 512,4096 -n 0 -r 2 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_12b_pp.txt"
-  log "synthetic 12B vs CPU"
-  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_12B=$M/g12b.gguf" timeout 120 \
-    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic12B* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_12B.txt"
-  tail -5 "$OUT/synth_12B.txt" | tee -a "$OUT/summary.txt"
+  parity 12B
   log "ncu decode steps"
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   GEM_CUDA_PDL=0 timeout 240 $NCU --clock-control none --csv --launch-count 1900 \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $GEM bench -m $M/g12b.gguf -p 0 -n 3 -d 0 -r 1 --backend cuda > "$OUT/ncu_12b.csv" 2> "$OUT/ncu_12b.err"
   echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_12b.csv")" | tee -a "$OUT/summary.txt"
-  log done
+  log "done"
   exit 0
 fi
 [ "$mode" = all ] || exit 0
@@ -166,14 +167,8 @@ for p in 12b 31b; do
   $GEM bench -m $M/g$p.gguf -p 512,4096 -n 0 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee "$OUT/gem_$p.txt"
   $GEM bench -m $M/g$p.gguf -p 0 -n 128 -d 0,4096,32768 -r 3 --backend cuda 2>&1 | grep -v "^gem info" | tee -a "$OUT/gem_$p.txt"
 done
-for p in 12B 31B; do
-  log "synthetic $p vs CPU"
-  lp=$(echo $p | tr B b)
-  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_$p=$M/g$lp.gguf" timeout 120 \
-    build-dev/tests/cuda/cuda_backend_test --gtest_filter=*Synthetic$p* 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_$p.txt"
-  tail -5 "$OUT/synth_$p.txt" | tee -a "$OUT/summary.txt"
-done
-[ "$with_llama" = 1 ] || { log done; exit 0; }
+for p in 12B 31B; do parity $p; done
+[ "$with_llama" = 1 ] || { log "done"; exit 0; }
 log "waiting for llama.cpp build"
 wait $llama_pid
 tail -3 /tmp/llama-build.log | tee -a "$OUT/summary.txt"
@@ -183,4 +178,4 @@ for p in 12b 31b; do
   $LB -m $M/g$p.gguf -ngl 99 -r 3 -fa 1 -p 512,4096 -n 0 2>&1 | grep "|" | tee "$OUT/llama_$p.txt"
   $LB -m $M/g$p.gguf -ngl 99 -r 2 -fa 1 -p 0 -n 128 -d 0,4096,32768 2>&1 | grep "|" | tee -a "$OUT/llama_$p.txt"
 done
-log done
+log "done"
