@@ -198,6 +198,25 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   }
 }
 
+// GEM_CUDA_SKIP's list (host code: runs without a GPU). Exact names only; an unknown one is an
+// error that names it.
+TEST(CudaDecodeSkip, ParsesKnownNamesAndRejectsOthers) {
+  Result<unsigned> one = cuda::parse_decode_skip("attn");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, static_cast<unsigned>(cuda::kSkipAttn));
+  Result<unsigned> many = cuda::parse_decode_skip("res,q8,prologue,attn");
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(*many, static_cast<unsigned>(cuda::kSkipRes | cuda::kSkipQ8 | cuda::kSkipPrologue |
+                                         cuda::kSkipAttn));
+  for (const char* bad : {"q8x", "res,bogus", "res,", "", "RES"}) {
+    Result<unsigned> r = cuda::parse_decode_skip(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("unknown decode kernel"), std::string::npos) << bad;
+  }
+  EXPECT_NE(cuda::parse_decode_skip("res,bogus").status().message().find("\"bogus\""),
+            std::string::npos);
+}
+
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
   REQUIRE_GPU();
   check_matvec(DType::kQ4_0, 4096 + 2048 + 2048, 3840);  // 12B sliding q|k|v

@@ -95,10 +95,8 @@ class CudaBackend final : public Backend {
   // Timing experiments only (results are wrong): GEM_CUDA_SKIP lists decode kernels to leave
   // out of the graph (res, q8, prologue, attn, qkv, wo, gated, down), so a step's time with and
   // without them gives each one's cost in the graph, launch gaps included.
-  std::string skip_;
-  bool skip(const char* what) const {
-    return !skip_.empty() && skip_.find(what) != std::string::npos;
-  }
+  unsigned skip_ = 0;  // cuda::DecodeSkip bits
+  bool skip(cuda::DecodeSkip what) const { return (skip_ & what) != 0; }
   std::vector<void*> allocs_;
   uint64_t weight_bytes_ = 0;
 
@@ -273,7 +271,9 @@ Status CudaBackend::init() {
   GEM_CUDA_CHECK(cudaSetDevice(0));
   GEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (const char* e = std::getenv("GEM_CUDA_SKIP"); e != nullptr && e[0] != '\0') {
-    skip_ = e;
+    Result<unsigned> bits = cuda::parse_decode_skip(e);
+    if (!bits.ok()) return bits.status();
+    skip_ = *bits;
     GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
   }
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -470,18 +470,18 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  if (!skip("qkv")) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
+  if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
   a.tile_in_cache = true;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
-    if (!skip("prologue")) {
+    if (!skip(cuda::kSkipPrologue)) {
       cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm,
                          eps, L.inv_freq, sp, q_, k_, v_, dest, stream_);
     }
-    if (!skip("attn")) cuda::attention(a, stream_);
+    if (!skip(cuda::kSkipAttn)) cuda::attention(a, stream_);
   } else {
     a.tile_in_cache = false;
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
@@ -490,11 +490,11 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
   }
-  if (!skip("wo")) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
-  if (!skip("res")) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
+  if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
+  if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    if (!skip("gated")) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
+    if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
     cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
@@ -502,10 +502,10 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   }
   // A separate kernel: quantising g inside the gated product (last block of each 32-row group,
   // after a fence) measured 1 µs slower per layer on the H200 than this launch.
-  if (down_q8 && !skip("q8")) cuda::quantize_q8(g_, 1, F, gq_, stream_);
-  if (!skip("down")) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
+  if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
+  if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  if (!skip("res")) {
+  if (!skip(cuda::kSkipRes)) {
     cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
                               stream_);
   }
@@ -760,3 +760,32 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const model::Model& model,
 }
 
 }  // namespace gem
+
+namespace gem::cuda {
+
+Result<unsigned> parse_decode_skip(std::string_view list) {
+  static constexpr std::pair<std::string_view, DecodeSkip> kNames[] = {
+      {"res", kSkipRes},   {"q8", kSkipQ8},   {"prologue", kSkipPrologue}, {"attn", kSkipAttn},
+      {"qkv", kSkipQkv},   {"wo", kSkipWo},   {"gated", kSkipGated},       {"down", kSkipDown}};
+  unsigned bits = 0;
+  for (;;) {
+    const size_t comma = list.find(',');
+    const std::string_view name = list.substr(0, comma);
+    bool known = false;
+    for (const auto& [n, bit] : kNames) {
+      if (name == n) {
+        bits |= bit;
+        known = true;
+      }
+    }
+    if (!known) {
+      return errorf("GEM_CUDA_SKIP: unknown decode kernel \"%.*s\"; expected a comma-separated "
+                    "list of res, q8, prologue, attn, qkv, wo, gated, down",
+                    static_cast<int>(name.size()), name.data());
+    }
+    if (comma == std::string_view::npos) return bits;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace gem::cuda

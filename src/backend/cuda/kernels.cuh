@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
+
+#include "base/status.h"
 
 // cuBLAS failures are programming errors (bad shapes or handles), like launch errors: abort with
 // the place.
@@ -54,6 +57,23 @@ struct Q8Act {
 struct StepParams {
   int32_t pos0;  // position of the tile's first token (= n_past before the eval)
 };
+
+// ---- forward_cuda.cu ----
+// Decode kernels that GEM_CUDA_SKIP may leave out of the graph (timing experiments only: the
+// output is wrong), as bits.
+enum DecodeSkip : unsigned {
+  kSkipRes = 1u << 0,       // "res": the residual/norm epilogues
+  kSkipQ8 = 1u << 1,        // "q8": the FFN activations' q8
+  kSkipPrologue = 1u << 2,  // "prologue": q/k/v norms, RoPE, KV store
+  kSkipAttn = 1u << 3,      // "attn": decode attention and its merge
+  kSkipQkv = 1u << 4,       // "qkv", "wo", "gated", "down": the weight products
+  kSkipWo = 1u << 5,
+  kSkipGated = 1u << 6,
+  kSkipDown = 1u << 7,
+};
+// A comma-separated list of those names ("res,attn") as bits; an unknown or empty name is an
+// error that names it and lists the valid ones.
+Result<unsigned> parse_decode_skip(std::string_view list);
 
 // ---- ops.cu ----
 // x[t, :] = row(tokens[t]) of the embedding · scale.   x: [n, emb.cols].
