@@ -13,16 +13,13 @@
 namespace gem::cuda {
 namespace {
 
-constexpr int kMinChunk = 32;
+constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge costs more
 
 // GEM_CUDA_ATTN_MMA=0 keeps full layers on the CUDA-core decode kernel (for measuring both).
 bool mma_disabled() {
-  static const bool off = [] {
-    const char* e = std::getenv("GEM_CUDA_ATTN_MMA");
-    return e != nullptr && e[0] == '0';
-  }();
+  static const bool off = !env_flag("GEM_CUDA_ATTN_MMA", true);
   return off;
-}  // fewest keys per split: below this the merge costs more
+}
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }

@@ -3,8 +3,6 @@
 // dequantisation that feeds cuBLAS in prefill.
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -344,10 +342,7 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
 }
 
 MatvecConfig matvec_config() {
-  static const bool evict_first = [] {
-    const char* e = std::getenv("GEM_CUDA_MV_EF");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool evict_first = env_flag("GEM_CUDA_MV_EF", true);
   MatvecConfig c;
   c.evict_first = evict_first;
   c.early_prefetch = pdl_enabled();

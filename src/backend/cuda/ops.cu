@@ -294,11 +294,13 @@ int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 1
 
 }  // namespace
 
+bool env_flag(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
+  return e == nullptr || e[0] == '\0' ? fallback : e[0] != '0';
+}
+
 bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("GEM_CUDA_PDL");
-    return e != nullptr && e[0] == '1';
-  }();
+  static const bool on = env_flag("GEM_CUDA_PDL", false);
   return on;
 }
 
