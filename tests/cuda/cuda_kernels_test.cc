@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -160,6 +161,54 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
   return bound;
 }
 
+// The load forms of the quantised products: register loads L2 evict-first and normal, with the
+// early L2 prefetch; bulk copies through shared memory with the default ring, a small one that
+// cuts every row of these widths into column parts, and a one-slot ring of tiny chunks.
+constexpr int kMatvecVariants = 6;
+cuda::MatvecConfig matvec_variant(int v) {
+  cuda::MatvecConfig c;
+  c.evict_first = v != 1;
+  c.early_prefetch = v == 2;
+  c.bulk = v >= 3;
+  if (v == 4) {
+    c.bulk_warps = 4;
+    c.bulk_slots = 2;
+    c.bulk_slot_bytes = 2048;
+  } else if (v == 5) {
+    c.bulk_warps = 3;
+    c.bulk_slots = 1;
+    c.bulk_slot_bytes = 256;
+  }
+  return c;
+}
+
+// bulk_shape: chunks within the budget, 16-byte copies, every block of a row covered once.
+TEST(CudaMatvec, BulkShapesFitTheirBudget) {
+  for (int nb : {8, 120, 128, 168, 480, 512, 672}) {
+    for (int qb : {16, 32}) {
+      for (int mats : {1, 2}) {
+        for (int budget : {256, 2048, 4608, 6144, 65536}) {
+          const cuda::BulkShape sh = cuda::bulk_shape(nb, qb, mats, budget);
+          const std::string what = "nb " + std::to_string(nb) + " qb " + std::to_string(qb) +
+                                   " mats " + std::to_string(mats) + " budget " + std::to_string(budget);
+          EXPECT_EQ(sh.kb * sh.parts, nb) << what;
+          EXPECT_EQ(sh.kb % 8, 0) << what;
+          EXPECT_GE(sh.rows, 1) << what;
+          EXPECT_LE(sh.rows, cuda::kBulkMaxRows) << what;
+          EXPECT_TRUE(sh.parts == 1 || sh.rows == 1) << what;
+          const int chunk = mats * sh.rows * sh.kb * (qb + 2);
+          EXPECT_GE(sh.slot_bytes, chunk) << what;
+          EXPECT_EQ(sh.slot_bytes % 128, 0) << what;
+          // Within budget unless even 8 blocks do not fit.
+          if (mats * 8 * (qb + 2) <= budget) {
+            EXPECT_LE(chunk, budget) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 void check_matvec(DType type, int64_t rows, int64_t cols) {
   const std::vector<uint8_t> raw =
       type == DType::kQ6_K ? random_q6k(rows, cols) : random_blocks(type, rows, cols);
@@ -176,12 +225,8 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   cuda::quantize_q8(dx.p, 1, static_cast<int>(cols), q, nullptr);
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
-  // The quantised products with weight loads L2 evict-first and normal, with and without the
-  // early L2 prefetch of the first loads.
-  for (int variant = 0; variant < (q8 ? 3 : 1); ++variant) {
-    cuda::MatvecConfig c;
-    c.evict_first = variant != 1;
-    c.early_prefetch = variant == 2;
+  for (int variant = 0; variant < (q8 ? kMatvecVariants : 1); ++variant) {
+    const cuda::MatvecConfig c = matvec_variant(variant);
     cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
     cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -250,10 +295,8 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   Dev<float2> xds(E / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
-  for (int variant = 0; variant < 3; ++variant) {
-    cuda::MatvecConfig c;
-    c.evict_first = variant != 1;
-    c.early_prefetch = variant == 2;
+  for (int variant = 0; variant < kMatvecVariants; ++variant) {
+    const cuda::MatvecConfig c = matvec_variant(variant);
     cudaMemset(dy.p, 0xff, F * sizeof(float));
     cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -42,6 +42,9 @@ __device__ __forceinline__ void pdl_trigger() {
 // A GEM_CUDA_* switch from the environment: `fallback` when unset or empty, off when it starts
 // with '0', on otherwise. Read once per name by the callers (static locals).
 bool env_flag(const char* name, bool fallback);
+// A GEM_CUDA_* integer (tuning knobs): `fallback` when unset; a value that is not an integer in
+// [lo, hi] is reported on stderr and replaced by `fallback`.
+int env_int(const char* name, int fallback, int lo, int hi);
 
 // Whether launches carry the PDL attribute: off unless GEM_CUDA_PDL=1. Measured on the H200
 // (12B decode graph, 434 programmatic edges): 275.7 tok/s with it, 281.5 without.

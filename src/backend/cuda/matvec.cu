@@ -3,6 +3,8 @@
 // dequantisation that feeds cuBLAS in prefill.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -75,28 +77,29 @@ __device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b, u
 template <bool kQ8>
 __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int4 x0, int4 x1,
                                              float2 ds) {
-  int dp;
+  // Two independent chains of four (halves the dependent latency; integer sums are exact).
+  int lo, hi;
   if constexpr (kQ8) {
-    dp = __dp4a(w.lo.x, x0.x, 0);
-    dp = __dp4a(w.lo.y, x0.y, dp);
-    dp = __dp4a(w.lo.z, x0.z, dp);
-    dp = __dp4a(w.lo.w, x0.w, dp);
-    dp = __dp4a(w.hi.x, x1.x, dp);
-    dp = __dp4a(w.hi.y, x1.y, dp);
-    dp = __dp4a(w.hi.z, x1.z, dp);
-    dp = __dp4a(w.hi.w, x1.w, dp);
-    return dw * ds.x * static_cast<float>(dp);
+    lo = __dp4a(w.lo.x, x0.x, 0);
+    hi = __dp4a(w.hi.x, x1.x, 0);
+    lo = __dp4a(w.lo.y, x0.y, lo);
+    hi = __dp4a(w.hi.y, x1.y, hi);
+    lo = __dp4a(w.lo.z, x0.z, lo);
+    hi = __dp4a(w.hi.z, x1.z, hi);
+    lo = __dp4a(w.lo.w, x0.w, lo);
+    hi = __dp4a(w.hi.w, x1.w, hi);
+    return dw * ds.x * static_cast<float>(lo + hi);
   } else {
     const int m = 0x0F0F0F0F;
-    dp = __dp4a(w.lo.x & m, x0.x, 0);
-    dp = __dp4a(w.lo.y & m, x0.y, dp);
-    dp = __dp4a(w.lo.z & m, x0.z, dp);
-    dp = __dp4a(w.lo.w & m, x0.w, dp);
-    dp = __dp4a((w.lo.x >> 4) & m, x1.x, dp);
-    dp = __dp4a((w.lo.y >> 4) & m, x1.y, dp);
-    dp = __dp4a((w.lo.z >> 4) & m, x1.z, dp);
-    dp = __dp4a((w.lo.w >> 4) & m, x1.w, dp);
-    return dw * (ds.x * static_cast<float>(dp) - 8.0f * ds.y);
+    lo = __dp4a(w.lo.x & m, x0.x, 0);
+    hi = __dp4a((w.lo.x >> 4) & m, x1.x, 0);
+    lo = __dp4a(w.lo.y & m, x0.y, lo);
+    hi = __dp4a((w.lo.y >> 4) & m, x1.y, hi);
+    lo = __dp4a(w.lo.z & m, x0.z, lo);
+    hi = __dp4a((w.lo.z >> 4) & m, x1.z, hi);
+    lo = __dp4a(w.lo.w & m, x0.w, lo);
+    hi = __dp4a((w.lo.w >> 4) & m, x1.w, hi);
+    return dw * (ds.x * static_cast<float>(lo + hi) - 8.0f * ds.y);
   }
 }
 
@@ -246,6 +249,194 @@ __global__ void __launch_bounds__(kQWarps * 32)
   }
 }
 
+// ---- Products that stream their weights through shared memory (cp.async.bulk) ----
+// The register-fed products above keep their bytes in flight in registers, so they need many
+// resident warps. Here one lane per warp issues bulk asynchronous copies of whole chunks of
+// rows into the warp's ring of `slots` shared-memory slots (an mbarrier per slot counts the
+// bytes in); the warp computes on a chunk while the next ones stream in, and refills the slot
+// when done. Bytes in flight depend on the ring, not on warps or registers. Each warp owns an
+// even share of the rows. A chunk is `rows` whole rows, or for long rows one of `parts` column
+// ranges of one row (kb blocks each); every copy is a multiple of 16 bytes at a 16-byte aligned
+// address (kb % 8 == 0), which is why bulk_shape() asks nb % 8 == 0.
+struct BulkArgs {
+  const uint8_t* qs[2];
+  const __half* d[2];
+  int64_t rows;
+  int nb;
+  BulkShape shape;
+  int slots;
+  const int8_t* xq;
+  const float2* xds;
+  float* y;
+  float cap;
+  bool evict_first;
+  bool no_math;  // timing only: stream the weights, skip the products (outputs are wrong)
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(phase)
+        : "memory");
+  }
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
+      : "memory");
+}
+
+constexpr int kBulkU = 4;  // blocks per lane and round of the bulk products
+
+template <bool kQ8, int kMats>
+__global__ void matvec_bulk_kernel(BulkArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int S = a.slots, slot_bytes = a.shape.slot_bytes;
+  const int RC = a.shape.rows, P = a.shape.parts, K = a.shape.kb, nb = a.nb;
+  constexpr int qb = kQ8 ? 32 : 16;
+  uint8_t* ring = smem + static_cast<int64_t>(warp) * S * slot_bytes;
+  uint64_t* bars =
+      reinterpret_cast<uint64_t*>(smem + static_cast<int64_t>(n_warps) * S * slot_bytes) + warp * S;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * n_warps + warp;
+  const int64_t total_w = static_cast<int64_t>(gridDim.x) * n_warps;
+  const int64_t r_begin = gw * a.rows / total_w, r_end = (gw + 1) * a.rows / total_w;
+  const int n_chunks = static_cast<int>((r_end - r_begin + RC - 1) / RC) * P;
+  const uint64_t pol = weight_policy(a.evict_first);
+  if (lane == 0) {
+    for (int s = 0; s < S; ++s) mbar_init(&bars[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  // Chunk i: rows [r, r + nr), blocks [p·K, p·K + K).
+  auto issue = [&](int i) {
+    const int64_t r = r_begin + static_cast<int64_t>(i / P) * RC;
+    const int p = i % P;
+    const int nr = static_cast<int>(r_end - r < RC ? r_end - r : RC);
+    const uint32_t qbytes = nr * K * qb, dbytes = nr * K * 2;
+    uint64_t* bar = &bars[i % S];
+    uint8_t* dst = ring + (i % S) * slot_bytes;
+    mbar_expect_tx(bar, kMats * (qbytes + dbytes));
+    const int64_t b0 = r * nb + static_cast<int64_t>(p) * K;
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      bulk_copy(dst + m * qbytes, a.qs[m] + b0 * qb, qbytes, bar, pol);
+      bulk_copy(dst + kMats * qbytes + m * dbytes, a.d[m] + b0, dbytes, bar, pol);
+    }
+  };
+  if (lane == 0) {
+    for (int i = 0; i < S && i < n_chunks; ++i) issue(i);  // weights: before waiting on x
+  }
+  pdl_wait();
+  // The activations, staged once per block after the rings and barriers: the low and high 16
+  // bytes of each block's q8 in two arrays (conflict-free 16-byte reads for lanes 32 bytes
+  // apart), then the scales.
+  int4* xlo = reinterpret_cast<int4*>(smem + static_cast<int64_t>(n_warps) * S * slot_bytes +
+                                      ((n_warps * S * 8 + 15) & ~15));
+  int4* xhi = xlo + nb;
+  float2* xds = reinterpret_cast<float2*>(xhi + nb);
+  {
+    const int4* xg = reinterpret_cast<const int4*>(a.xq);
+    for (int k = threadIdx.x; k < 2 * nb; k += blockDim.x) (k & 1 ? xhi : xlo)[k >> 1] = xg[k];
+    for (int k = threadIdx.x; k < nb; k += blockDim.x) xds[k] = a.xds[k];
+  }
+  __syncthreads();
+  float carry[kMats] = {};
+  for (int i = 0; i < n_chunks; ++i) {
+    mbar_wait(&bars[i % S], static_cast<uint32_t>((i / S) & 1));
+    const int64_t r = r_begin + static_cast<int64_t>(i / P) * RC;
+    const int p = i % P;
+    const int nr = static_cast<int>(r_end - r < RC ? r_end - r : RC);
+    const int qbytes = nr * K * qb, dbytes = nr * K * 2;
+    const uint8_t* src = ring + (i % S) * slot_bytes;
+    // Lane's blocks b = lane + 32·u; each round loads the activations of kBulkU blocks once and
+    // every row's weights for them before using any (independent dot-product chains in flight).
+    float acc[kBulkMaxRows][kMats];
+#pragma unroll
+    for (int j = 0; j < kBulkMaxRows; ++j) {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) acc[j][m] = j == 0 && p != 0 ? carry[m] : 0.0f;  // P > 1: nr == 1
+    }
+    for (int b0 = a.no_math ? K : lane; b0 < K; b0 += 32 * kBulkU) {
+      int4 x0[kBulkU], x1[kBulkU];
+      float2 ds[kBulkU];
+      // Lanes past the end load block K − 1 again (no branches, so every load is issued
+      // before the first use) with zero activation scales, so their terms are 0.
+      int bu[kBulkU];
+#pragma unroll
+      for (int u = 0; u < kBulkU; ++u) {
+        bu[u] = b0 + 32 * u < K ? b0 + 32 * u : K - 1;
+        const int xb = p * K + bu[u];
+        x0[u] = xlo[xb];
+        x1[u] = xhi[xb];
+        ds[u] = b0 + 32 * u < K ? xds[xb] : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBulkMaxRows; ++j) {
+        if (j < nr) {
+          WBlock<kQ8> w[kBulkU][kMats];
+          __half dw[kBulkU][kMats];
+#pragma unroll
+          for (int u = 0; u < kBulkU; ++u) {
+#pragma unroll
+            for (int m = 0; m < kMats; ++m) {
+              const int e = j * K + bu[u];
+              const int4* wq = reinterpret_cast<const int4*>(src + m * qbytes + e * qb);
+              w[u][m].lo = wq[0];
+              w[u][m].hi = kQ8 ? wq[1] : make_int4(0, 0, 0, 0);
+              dw[u][m] = reinterpret_cast<const __half*>(src + kMats * qbytes + m * dbytes)[e];
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kBulkU; ++u) {
+#pragma unroll
+            for (int m = 0; m < kMats; ++m) {
+              acc[j][m] += wblock_term<kQ8>(w[u][m], __half2float(dw[u][m]), x0[u], x1[u], ds[u]);
+            }
+          }
+        }
+      }
+    }
+    if (p == P - 1) {
+#pragma unroll
+      for (int j = 0; j < kBulkMaxRows; ++j) {
+        if (j < nr) {
+          if constexpr (kMats == 2) {
+            const float vg = warp_sum(acc[j][0]), vu = warp_sum(acc[j][1]);
+            if (lane == 0) a.y[r + j] = gelu_tanh(vg) * vu;
+          } else {
+            const float v = warp_sum(acc[j][0]);
+            if (lane == 0) a.y[r + j] = a.cap > 0.0f ? a.cap * tanhf(v / a.cap) : v;
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) carry[m] = acc[0][m];
+    }
+    __syncwarp();  // every lane is done reading the slot before it is refilled
+    if (lane == 0 && i + S < n_chunks) issue(i + S);
+  }
+}
+
 // One warp per row, f32 activations: F32 or Q6_K weights (the test models' and the Q6_K head).
 __global__ void matvec_f_kernel(DevMatrix w, const float* x, float* y, float cap) {
   pdl_trigger();
@@ -342,15 +533,110 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
 }
 
 MatvecConfig matvec_config() {
-  static const bool evict_first = env_flag("GEM_CUDA_MV_EF", true);
-  MatvecConfig c;
-  c.evict_first = evict_first;
-  c.early_prefetch = pdl_enabled();
+  static const MatvecConfig c = [] {
+    MatvecConfig m;
+    m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
+    m.early_prefetch = pdl_enabled();
+    m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
+    m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
+    m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
+    m.bulk_slot_bytes = env_int("GEM_CUDA_MV_BULK_SLOT_BYTES", m.bulk_slot_bytes, 256, 65536);
+    return m;
+  }();
   return c;
 }
 
+BulkShape bulk_shape(int nb, int qb, int mats, int budget) {
+  BulkShape sh;
+  const int row_bytes = mats * nb * (qb + 2);
+  if (row_bytes <= budget) {
+    sh.kb = nb;
+    sh.rows = std::min(budget / row_bytes, kBulkMaxRows);
+    sh.slot_bytes = sh.rows * row_bytes;
+  } else {
+    // The fewest parts within the budget whose width is a multiple of 8 blocks; nb / 8 parts
+    // (8 blocks each) is the finest cut.
+    int parts = std::min((row_bytes + budget - 1) / budget, nb / 8);
+    while (nb % parts != 0 || (nb / parts) % 8 != 0) ++parts;
+    sh.parts = parts;
+    sh.kb = nb / parts;
+    sh.slot_bytes = mats * sh.kb * (qb + 2);
+  }
+  sh.slot_bytes = (sh.slot_bytes + 127) / 128 * 128;
+  return sh;
+}
+
+namespace {
+
+bool bulk_fits(const DevMatrix& w, int n, const MatvecConfig& mc) {
+  const int64_t nb = w.cols / 32;
+  return mc.bulk && n == 1 && nb % 8 == 0 && (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) &&
+         reinterpret_cast<uintptr_t>(w.qs) % 16 == 0 && reinterpret_cast<uintptr_t>(w.d) % 16 == 0;
+}
+
+// Launches a bulk product over `mats` matrices shaped like w[0] (gated: gate and up).
+template <bool kQ8, int kMats>
+void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t s,
+                 const MatvecConfig& mc) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    GEM_CUDA_CHECK(cudaGetDevice(&dev));
+    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  static const int max_smem = [] {
+    int dev = 0, n = 0;
+    GEM_CUDA_CHECK(cudaGetDevice(&dev));
+    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_bulk_kernel<kQ8, kMats>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, n));
+    return n;
+  }();
+  BulkArgs a = {};
+  const int nb = static_cast<int>(w[0].cols / 32);
+  a.shape = bulk_shape(nb, kQ8 ? 32 : 16, kMats, mc.bulk_slot_bytes);
+  const int warps = mc.bulk_warps;
+  a.slots = mc.bulk_slots;
+  auto smem_for = [&](int slots) {  // rings, their barriers, the staged activations
+    return static_cast<size_t>(warps) * slots * a.shape.slot_bytes +
+           (static_cast<size_t>(warps) * slots * sizeof(uint64_t) + 15) / 16 * 16 +
+           static_cast<size_t>(nb) * (32 + sizeof(float2));
+  };
+  while (a.slots > 1 && smem_for(a.slots) > static_cast<size_t>(max_smem)) --a.slots;
+  const size_t smem = smem_for(a.slots);
+  int per_sm = 0;
+  GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, matvec_bulk_kernel<kQ8, kMats>, warps * 32, smem));
+  if (per_sm < 1) per_sm = 1;
+  for (int m = 0; m < kMats; ++m) {
+    a.qs[m] = w[m].qs;
+    a.d[m] = w[m].d;
+  }
+  a.rows = w[0].rows;
+  a.nb = nb;
+  a.xq = xq.q;
+  a.xds = xq.ds;
+  a.y = y;
+  a.cap = cap;
+  a.evict_first = mc.evict_first;
+  static const bool no_math = env_flag("GEM_CUDA_MV_BULK_NOMATH", false);
+  a.no_math = no_math;
+  launch(matvec_bulk_kernel<kQ8, kMats>, static_cast<unsigned>(sms * per_sm), warps * 32, smem, s, a);
+  GEM_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s, const MatvecConfig& mc) {
+  if (bulk_fits(w, n, mc)) {
+    if (w.type == WType::kQ4_0) {
+      launch_bulk<false, 1>(&w, xq, y, cap, s, mc);
+    } else {
+      launch_bulk<true, 1>(&w, xq, y, cap, s, mc);
+    }
+    return;
+  }
   if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
     constexpr int kRows = 2;
     const int64_t rows_per_block = kQWarps * kRows;
@@ -376,6 +662,11 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
 
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s, const MatvecConfig& mc) {
+  if (bulk_fits(gate, n, mc) && bulk_fits(up, n, mc)) {
+    const DevMatrix w[2] = {gate, up};
+    launch_bulk<false, 2>(w, xq, g, 0.0f, s, mc);
+    return;
+  }
   constexpr int kRows = 2;
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);

@@ -299,6 +299,19 @@ bool env_flag(const char* name, bool fallback) {
   return e == nullptr || e[0] == '\0' ? fallback : e[0] != '0';
 }
 
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || e[0] == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (*end != '\0' || v < lo || v > hi) {
+    std::fprintf(stderr, "gem: %s=\"%s\" is not an integer in [%d, %d]; using %d\n", name, e, lo,
+                 hi, fallback);
+    return fallback;
+  }
+  return static_cast<int>(v);
+}
+
 bool pdl_enabled() {
   static const bool on = env_flag("GEM_CUDA_PDL", false);
   return on;
