@@ -187,21 +187,25 @@ TEST(CudaMatvec, BulkShapesFitTheirBudget) {
   for (int nb : {8, 120, 128, 168, 480, 512, 672}) {
     for (int qb : {16, 32}) {
       for (int mats : {1, 2}) {
-        for (int budget : {256, 2048, 4608, 6144, 65536}) {
-          const cuda::BulkShape sh = cuda::bulk_shape(nb, qb, mats, budget);
-          const std::string what = "nb " + std::to_string(nb) + " qb " + std::to_string(qb) +
-                                   " mats " + std::to_string(mats) + " budget " + std::to_string(budget);
-          EXPECT_EQ(sh.kb * sh.parts, nb) << what;
-          EXPECT_EQ(sh.kb % 8, 0) << what;
-          EXPECT_GE(sh.rows, 1) << what;
-          EXPECT_LE(sh.rows, cuda::kBulkMaxRows) << what;
-          EXPECT_TRUE(sh.parts == 1 || sh.rows == 1) << what;
-          const int chunk = mats * sh.rows * sh.kb * (qb + 2);
-          EXPECT_GE(sh.slot_bytes, chunk) << what;
-          EXPECT_EQ(sh.slot_bytes % 128, 0) << what;
-          // Within budget unless even 8 blocks do not fit.
-          if (mats * 8 * (qb + 2) <= budget) {
-            EXPECT_LE(chunk, budget) << what;
+        for (int rows : {1, 3, 16}) {
+          for (int budget : {256, 2048, 6144, 36864, 1 << 20}) {
+            const cuda::BulkShape sh = cuda::bulk_shape(nb, qb, mats, rows, budget);
+            const std::string what = "nb " + std::to_string(nb) + " qb " + std::to_string(qb) +
+                                     " mats " + std::to_string(mats) + " rows " +
+                                     std::to_string(rows) + " budget " + std::to_string(budget);
+            EXPECT_EQ(sh.kb * sh.parts, nb) << what;
+            EXPECT_EQ(sh.kb % 8, 0) << what;
+            const int chunk = rows * mats * sh.kb * (qb + 2);
+            EXPECT_GE(sh.slot_bytes, chunk) << what;
+            EXPECT_EQ(sh.slot_bytes % 128, 0) << what;
+            if (rows * mats * 8 * (qb + 2) <= budget) {
+              EXPECT_LE(chunk, budget) << what;
+            } else {
+              EXPECT_EQ(sh.kb, 8) << what;  // the finest cut
+            }
+            if (rows * mats * nb * (qb + 2) <= budget) {
+              EXPECT_EQ(sh.parts, 1) << what;
+            }
           }
         }
       }

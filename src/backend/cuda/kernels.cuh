@@ -122,31 +122,30 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // per step; GEM_CUDA_MV_EF=0 for the default policy), and an L2 prefetch of each warp's first
 // loads before pdl_wait (only worth it with PDL on, so matvec_config() sets it from that).
 // bulk: stream the weights through shared memory with cp.async.bulk (matvec.cu) instead of
-// register loads: bulk_warps warps per block, a ring of bulk_slots slots of at most
-// bulk_slot_bytes per warp (GEM_CUDA_MV_BULK, GEM_CUDA_MV_BULK_WARPS, _SLOTS, _SLOT_BYTES).
-// Used for one token with nb % 8 == 0 (cols a multiple of 256); the other calls keep the
-// register form.
+// register loads: bulk_warps consumer warps per block (one row each per chunk) and a producer
+// warp, a ring of bulk_slots chunks of at most bulk_slot_bytes (GEM_CUDA_MV_BULK,
+// GEM_CUDA_MV_BULK_WARPS, _SLOTS, _SLOT_BYTES). Used for one token with nb % 8 == 0 (cols a
+// multiple of 256); the other calls keep the register form. Off by default: measured slower
+// (bench/results/cuda.md, run 7).
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
   bool bulk = false;
   int bulk_warps = 8;
-  int bulk_slots = 3;
-  int bulk_slot_bytes = 6144;
+  int bulk_slots = 4;
+  int bulk_slot_bytes = 36864;
 };
-// How a bulk product cuts a row of nb 32-weight blocks of qb quant bytes (+2 scale bytes each,
-// `mats` matrices side by side) into chunks of at most `budget` bytes: `rows` whole rows per
-// chunk (≤ kBulkMaxRows), or (rows too long) `parts` column ranges of kb blocks; kb % 8 == 0 so that every copy
-// is 16-byte sized and aligned. slot_bytes: one chunk's bytes rounded up to 128. Needs nb % 8
-// == 0.
-constexpr int kBulkMaxRows = 4;  // rows per chunk at most
+// How a bulk product cuts `rows` consecutive rows of nb 32-weight blocks of qb quant bytes (+2
+// scale bytes each, `mats` matrices side by side) into chunks of at most `budget` bytes: `parts`
+// column ranges of kb blocks each, kb % 8 == 0 so that every copy is 16-byte sized and aligned
+// (needs nb % 8 == 0); over budget only when even 8 blocks are. slot_bytes: one chunk's bytes
+// rounded up to 128.
 struct BulkShape {
   int parts = 1;
   int kb = 0;
-  int rows = 1;
   int slot_bytes = 0;
 };
-BulkShape bulk_shape(int nb, int qb, int mats, int budget);
+BulkShape bulk_shape(int nb, int qb, int mats, int rows, int budget);
 MatvecConfig matvec_config();
 // y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0 take xq (q8), F32/Q6_K take x.
 // With cap > 0 the result is soft-capped (the output head).

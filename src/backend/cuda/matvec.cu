@@ -251,13 +251,14 @@ __global__ void __launch_bounds__(kQWarps * 32)
 
 // ---- Products that stream their weights through shared memory (cp.async.bulk) ----
 // The register-fed products above keep their bytes in flight in registers, so they need many
-// resident warps. Here one lane per warp issues bulk asynchronous copies of whole chunks of
-// rows into the warp's ring of `slots` shared-memory slots (an mbarrier per slot counts the
-// bytes in); the warp computes on a chunk while the next ones stream in, and refills the slot
-// when done. Bytes in flight depend on the ring, not on warps or registers. Each warp owns an
-// even share of the rows. A chunk is `rows` whole rows, or for long rows one of `parts` column
-// ranges of one row (kb blocks each); every copy is a multiple of 16 bytes at a 16-byte aligned
-// address (kb % 8 == 0), which is why bulk_shape() asks nb % 8 == 0.
+// resident warps. Here a producer warp (one lane) streams chunks of the block's rows into a
+// ring of `slots` shared-memory slots with bulk asynchronous copies; a "full" mbarrier per slot
+// counts the bytes in, and an "empty" one counts the consumer warps done with it. Bytes in
+// flight depend on the ring, not on warps or registers, and the copies are issued before
+// pdl_wait (weights never depend on an earlier kernel). A chunk is kb blocks (columns) of
+// `n_warps` consecutive rows, one per consumer warp; a row is cut into `parts` chunks when the
+// ring's budget asks for it. Each block owns an even share of the rows. Every copy is a
+// multiple of 16 bytes at a 16-byte aligned address (kb % 8 == 0), hence nb % 8 == 0.
 struct BulkArgs {
   const uint8_t* qs[2];
   const __half* d[2];
@@ -276,13 +277,16 @@ struct BulkArgs {
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
                "r"(bytes)
                : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
   uint32_t done = 0;
@@ -305,135 +309,130 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 
 constexpr int kBulkU = 4;  // blocks per lane and round of the bulk products
 
+// blockDim = (n_warps + 1) warps: consumers 0..n_warps-1, the producer last.
 template <bool kQ8, int kMats>
 __global__ void matvec_bulk_kernel(BulkArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   pdl_trigger();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x >> 5) - 1;
   const int S = a.slots, slot_bytes = a.shape.slot_bytes;
-  const int RC = a.shape.rows, P = a.shape.parts, K = a.shape.kb, nb = a.nb;
+  const int P = a.shape.parts, K = a.shape.kb, nb = a.nb;
   constexpr int qb = kQ8 ? 32 : 16;
-  uint8_t* ring = smem + static_cast<int64_t>(warp) * S * slot_bytes;
-  uint64_t* bars =
-      reinterpret_cast<uint64_t*>(smem + static_cast<int64_t>(n_warps) * S * slot_bytes) + warp * S;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * n_warps + warp;
-  const int64_t total_w = static_cast<int64_t>(gridDim.x) * n_warps;
-  const int64_t r_begin = gw * a.rows / total_w, r_end = (gw + 1) * a.rows / total_w;
-  const int n_chunks = static_cast<int>((r_end - r_begin + RC - 1) / RC) * P;
-  const uint64_t pol = weight_policy(a.evict_first);
-  if (lane == 0) {
-    for (int s = 0; s < S; ++s) mbar_init(&bars[s]);
+  // Slot layout (fixed, n_warps rows): quants of matrix m at m·n_warps·K·qb, row j at j·K·qb;
+  // then the scales of matrix m at kMats·n_warps·K·qb + m·n_warps·K·2, row j at j·K·2.
+  const int q_region = n_warps * K * qb, d_region = n_warps * K * 2;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + static_cast<int64_t>(S) * slot_bytes);
+  uint64_t* empty = full + S;
+  const int64_t r_begin = blockIdx.x * a.rows / gridDim.x;
+  const int64_t r_end = (blockIdx.x + 1) * a.rows / gridDim.x;
+  const int n_chunks = static_cast<int>((r_end - r_begin + n_warps - 1) / n_warps) * P;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], n_warps);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncwarp();
-  // Chunk i: rows [r, r + nr), blocks [p·K, p·K + K).
-  auto issue = [&](int i) {
-    const int64_t r = r_begin + static_cast<int64_t>(i / P) * RC;
-    const int p = i % P;
-    const int nr = static_cast<int>(r_end - r < RC ? r_end - r : RC);
-    const uint32_t qbytes = nr * K * qb, dbytes = nr * K * 2;
-    uint64_t* bar = &bars[i % S];
-    uint8_t* dst = ring + (i % S) * slot_bytes;
-    mbar_expect_tx(bar, kMats * (qbytes + dbytes));
-    const int64_t b0 = r * nb + static_cast<int64_t>(p) * K;
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      bulk_copy(dst + m * qbytes, a.qs[m] + b0 * qb, qbytes, bar, pol);
-      bulk_copy(dst + kMats * qbytes + m * dbytes, a.d[m] + b0, dbytes, bar, pol);
+  __syncthreads();
+  if (warp == n_warps) {  // the producer
+    if (lane == 0) {
+      const uint64_t pol = weight_policy(a.evict_first);
+      for (int i = 0; i < n_chunks; ++i) {
+        const int s = i % S;
+        if (i >= S) mbar_wait(&empty[s], static_cast<uint32_t>((i / S - 1) & 1));
+        const int64_t r = r_begin + static_cast<int64_t>(i / P) * n_warps;
+        const int p = i % P;
+        const int nr = static_cast<int>(r_end - r < n_warps ? r_end - r : n_warps);
+        mbar_expect_tx(&full[s], kMats * nr * K * (qb + 2));
+        uint8_t* dst = smem + static_cast<int64_t>(s) * slot_bytes;
+        for (int m = 0; m < kMats; ++m) {
+          if (P == 1) {  // nr whole consecutive rows: one copy each for quants and scales
+            bulk_copy(dst + m * q_region, a.qs[m] + r * nb * qb, nr * K * qb, &full[s], pol);
+            bulk_copy(dst + kMats * q_region + m * d_region, a.d[m] + r * nb, nr * K * 2, &full[s],
+                      pol);
+          } else {
+            for (int j = 0; j < nr; ++j) {
+              const int64_t b0 = (r + j) * nb + static_cast<int64_t>(p) * K;
+              bulk_copy(dst + m * q_region + j * K * qb, a.qs[m] + b0 * qb, K * qb, &full[s], pol);
+              bulk_copy(dst + kMats * q_region + m * d_region + j * K * 2, a.d[m] + b0, K * 2,
+                        &full[s], pol);
+            }
+          }
+        }
+      }
     }
-  };
-  if (lane == 0) {
-    for (int i = 0; i < S && i < n_chunks; ++i) issue(i);  // weights: before waiting on x
+    return;
   }
   pdl_wait();
-  // The activations, staged once per block after the rings and barriers: the low and high 16
+  // The activations, staged once per block after the slots and barriers: the low and high 16
   // bytes of each block's q8 in two arrays (conflict-free 16-byte reads for lanes 32 bytes
-  // apart), then the scales.
-  int4* xlo = reinterpret_cast<int4*>(smem + static_cast<int64_t>(n_warps) * S * slot_bytes +
-                                      ((n_warps * S * 8 + 15) & ~15));
+  // apart), then the scales. Only the consumer warps meet at named barrier 1.
+  int4* xlo = reinterpret_cast<int4*>(smem + static_cast<int64_t>(S) * slot_bytes + 16 * S);
   int4* xhi = xlo + nb;
   float2* xds = reinterpret_cast<float2*>(xhi + nb);
   {
     const int4* xg = reinterpret_cast<const int4*>(a.xq);
-    for (int k = threadIdx.x; k < 2 * nb; k += blockDim.x) (k & 1 ? xhi : xlo)[k >> 1] = xg[k];
-    for (int k = threadIdx.x; k < nb; k += blockDim.x) xds[k] = a.xds[k];
+    for (int k = threadIdx.x; k < 2 * nb; k += n_warps * 32) (k & 1 ? xhi : xlo)[k >> 1] = xg[k];
+    for (int k = threadIdx.x; k < nb; k += n_warps * 32) xds[k] = a.xds[k];
   }
-  __syncthreads();
+  asm volatile("bar.sync 1, %0;" ::"r"(n_warps * 32) : "memory");
   float carry[kMats] = {};
   for (int i = 0; i < n_chunks; ++i) {
-    mbar_wait(&bars[i % S], static_cast<uint32_t>((i / S) & 1));
-    const int64_t r = r_begin + static_cast<int64_t>(i / P) * RC;
+    const int s = i % S;
+    mbar_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
+    const int64_t r = r_begin + static_cast<int64_t>(i / P) * n_warps + warp;  // this warp's row
     const int p = i % P;
-    const int nr = static_cast<int>(r_end - r < RC ? r_end - r : RC);
-    const int qbytes = nr * K * qb, dbytes = nr * K * 2;
-    const uint8_t* src = ring + (i % S) * slot_bytes;
-    // Lane's blocks b = lane + 32·u; each round loads the activations of kBulkU blocks once and
-    // every row's weights for them before using any (independent dot-product chains in flight).
-    float acc[kBulkMaxRows][kMats];
+    if (r < r_end) {
+      const uint8_t* src = smem + static_cast<int64_t>(s) * slot_bytes;
+      float acc[kMats];
 #pragma unroll
-    for (int j = 0; j < kBulkMaxRows; ++j) {
+      for (int m = 0; m < kMats; ++m) acc[m] = p == 0 ? 0.0f : carry[m];
+      // Lane's blocks b = lane + 32·u; each round loads the activations and weights of kBulkU
+      // blocks before using any. Lanes past the end load block K − 1 again (no branches) with
+      // zero activation scales, so their terms are 0.
+      for (int b0 = a.no_math ? K : lane; b0 < K; b0 += 32 * kBulkU) {
+        int4 x0[kBulkU], x1[kBulkU];
+        float2 ds[kBulkU];
+        WBlock<kQ8> w[kBulkU][kMats];
+        __half dw[kBulkU][kMats];
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) acc[j][m] = j == 0 && p != 0 ? carry[m] : 0.0f;  // P > 1: nr == 1
-    }
-    for (int b0 = a.no_math ? K : lane; b0 < K; b0 += 32 * kBulkU) {
-      int4 x0[kBulkU], x1[kBulkU];
-      float2 ds[kBulkU];
-      // Lanes past the end load block K − 1 again (no branches, so every load is issued
-      // before the first use) with zero activation scales, so their terms are 0.
-      int bu[kBulkU];
+        for (int u = 0; u < kBulkU; ++u) {
+          const int b = b0 + 32 * u < K ? b0 + 32 * u : K - 1;
+          const int xb = p * K + b;
+          x0[u] = xlo[xb];
+          x1[u] = xhi[xb];
+          ds[u] = b0 + 32 * u < K ? xds[xb] : make_float2(0.0f, 0.0f);
 #pragma unroll
-      for (int u = 0; u < kBulkU; ++u) {
-        bu[u] = b0 + 32 * u < K ? b0 + 32 * u : K - 1;
-        const int xb = p * K + bu[u];
-        x0[u] = xlo[xb];
-        x1[u] = xhi[xb];
-        ds[u] = b0 + 32 * u < K ? xds[xb] : make_float2(0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int j = 0; j < kBulkMaxRows; ++j) {
-        if (j < nr) {
-          WBlock<kQ8> w[kBulkU][kMats];
-          __half dw[kBulkU][kMats];
-#pragma unroll
-          for (int u = 0; u < kBulkU; ++u) {
-#pragma unroll
-            for (int m = 0; m < kMats; ++m) {
-              const int e = j * K + bu[u];
-              const int4* wq = reinterpret_cast<const int4*>(src + m * qbytes + e * qb);
-              w[u][m].lo = wq[0];
-              w[u][m].hi = kQ8 ? wq[1] : make_int4(0, 0, 0, 0);
-              dw[u][m] = reinterpret_cast<const __half*>(src + kMats * qbytes + m * dbytes)[e];
-            }
+          for (int m = 0; m < kMats; ++m) {
+            const int4* wq = reinterpret_cast<const int4*>(src + m * q_region + (warp * K + b) * qb);
+            w[u][m].lo = wq[0];
+            w[u][m].hi = kQ8 ? wq[1] : make_int4(0, 0, 0, 0);
+            dw[u][m] = reinterpret_cast<const __half*>(src + kMats * q_region + m * d_region)[warp * K + b];
           }
+        }
 #pragma unroll
-          for (int u = 0; u < kBulkU; ++u) {
+        for (int u = 0; u < kBulkU; ++u) {
 #pragma unroll
-            for (int m = 0; m < kMats; ++m) {
-              acc[j][m] += wblock_term<kQ8>(w[u][m], __half2float(dw[u][m]), x0[u], x1[u], ds[u]);
-            }
+          for (int m = 0; m < kMats; ++m) {
+            acc[m] += wblock_term<kQ8>(w[u][m], __half2float(dw[u][m]), x0[u], x1[u], ds[u]);
           }
         }
       }
-    }
-    if (p == P - 1) {
-#pragma unroll
-      for (int j = 0; j < kBulkMaxRows; ++j) {
-        if (j < nr) {
-          if constexpr (kMats == 2) {
-            const float vg = warp_sum(acc[j][0]), vu = warp_sum(acc[j][1]);
-            if (lane == 0) a.y[r + j] = gelu_tanh(vg) * vu;
-          } else {
-            const float v = warp_sum(acc[j][0]);
-            if (lane == 0) a.y[r + j] = a.cap > 0.0f ? a.cap * tanhf(v / a.cap) : v;
-          }
+      if (p == P - 1) {
+        if constexpr (kMats == 2) {
+          const float vg = warp_sum(acc[0]), vu = warp_sum(acc[1]);
+          if (lane == 0) a.y[r] = gelu_tanh(vg) * vu;
+        } else {
+          const float v = warp_sum(acc[0]);
+          if (lane == 0) a.y[r] = a.cap > 0.0f ? a.cap * tanhf(v / a.cap) : v;
         }
-      }
-    } else {
+      } else {
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) carry[m] = acc[0][m];
+        for (int m = 0; m < kMats; ++m) carry[m] = acc[m];
+      }
     }
-    __syncwarp();  // every lane is done reading the slot before it is refilled
-    if (lane == 0 && i + S < n_chunks) issue(i + S);
+    __syncwarp();  // every lane is done reading the slot
+    if (lane == 0) mbar_arrive(&empty[s]);
   }
 }
 
@@ -546,23 +545,16 @@ MatvecConfig matvec_config() {
   return c;
 }
 
-BulkShape bulk_shape(int nb, int qb, int mats, int budget) {
+BulkShape bulk_shape(int nb, int qb, int mats, int rows, int budget) {
+  // The fewest parts (widest chunks) within the budget whose width is a multiple of 8 blocks;
+  // nb / 8 parts (8 blocks each) is the finest cut.
   BulkShape sh;
   const int row_bytes = mats * nb * (qb + 2);
-  if (row_bytes <= budget) {
-    sh.kb = nb;
-    sh.rows = std::min(budget / row_bytes, kBulkMaxRows);
-    sh.slot_bytes = sh.rows * row_bytes;
-  } else {
-    // The fewest parts within the budget whose width is a multiple of 8 blocks; nb / 8 parts
-    // (8 blocks each) is the finest cut.
-    int parts = std::min((row_bytes + budget - 1) / budget, nb / 8);
-    while (nb % parts != 0 || (nb / parts) % 8 != 0) ++parts;
-    sh.parts = parts;
-    sh.kb = nb / parts;
-    sh.slot_bytes = mats * sh.kb * (qb + 2);
-  }
-  sh.slot_bytes = (sh.slot_bytes + 127) / 128 * 128;
+  int parts = std::min(std::max((rows * row_bytes + budget - 1) / budget, 1), nb / 8);
+  while (nb % parts != 0 || (nb / parts) % 8 != 0) ++parts;
+  sh.parts = parts;
+  sh.kb = nb / parts;
+  sh.slot_bytes = (rows * mats * sh.kb * (qb + 2) + 127) / 128 * 128;
   return sh;
 }
 
@@ -594,19 +586,18 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
   }();
   BulkArgs a = {};
   const int nb = static_cast<int>(w[0].cols / 32);
-  a.shape = bulk_shape(nb, kQ8 ? 32 : 16, kMats, mc.bulk_slot_bytes);
-  const int warps = mc.bulk_warps;
+  const int warps = mc.bulk_warps;  // consumers; one producer warp more
+  a.shape = bulk_shape(nb, kQ8 ? 32 : 16, kMats, warps, mc.bulk_slot_bytes);
   a.slots = mc.bulk_slots;
-  auto smem_for = [&](int slots) {  // rings, their barriers, the staged activations
-    return static_cast<size_t>(warps) * slots * a.shape.slot_bytes +
-           (static_cast<size_t>(warps) * slots * sizeof(uint64_t) + 15) / 16 * 16 +
+  auto smem_for = [&](int slots) {  // slots, their two barriers each, the staged activations
+    return static_cast<size_t>(slots) * (a.shape.slot_bytes + 16) +
            static_cast<size_t>(nb) * (32 + sizeof(float2));
   };
   while (a.slots > 1 && smem_for(a.slots) > static_cast<size_t>(max_smem)) --a.slots;
   const size_t smem = smem_for(a.slots);
   int per_sm = 0;
   GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, matvec_bulk_kernel<kQ8, kMats>, warps * 32, smem));
+      &per_sm, matvec_bulk_kernel<kQ8, kMats>, (warps + 1) * 32, smem));
   if (per_sm < 1) per_sm = 1;
   for (int m = 0; m < kMats; ++m) {
     a.qs[m] = w[m].qs;
@@ -621,7 +612,8 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
   a.evict_first = mc.evict_first;
   static const bool no_math = env_flag("GEM_CUDA_MV_BULK_NOMATH", false);
   a.no_math = no_math;
-  launch(matvec_bulk_kernel<kQ8, kMats>, static_cast<unsigned>(sms * per_sm), warps * 32, smem, s, a);
+  launch(matvec_bulk_kernel<kQ8, kMats>, static_cast<unsigned>(sms * per_sm), (warps + 1) * 32, smem,
+         s, a);
   GEM_CUDA_LAUNCHED();
 }
 
