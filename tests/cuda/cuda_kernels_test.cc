@@ -163,7 +163,8 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
 
 // The load forms of the quantised products: register loads L2 evict-first and normal, with the
 // early L2 prefetch; bulk copies through shared memory with the default ring, a small one that
-// cuts every row of these widths into column parts, and a one-slot ring of tiny chunks.
+// cuts every row of these widths into column parts (whole rows off), and a one-slot ring of tiny
+// chunks.
 constexpr int kMatvecVariants = 6;
 cuda::MatvecConfig matvec_variant(int v) {
   cuda::MatvecConfig c;
@@ -174,10 +175,12 @@ cuda::MatvecConfig matvec_variant(int v) {
     c.bulk_warps = 4;
     c.bulk_slots = 2;
     c.bulk_slot_bytes = 2048;
+    c.bulk_whole_rows = false;
   } else if (v == 5) {
     c.bulk_warps = 3;
     c.bulk_slots = 1;
     c.bulk_slot_bytes = 256;
+    c.bulk_whole_rows = false;
   }
   return c;
 }
@@ -210,6 +213,43 @@ TEST(CudaMatvec, BulkShapesFitTheirBudget) {
         }
       }
     }
+  }
+}
+
+// bulk_plan: at the 12B/31B widths with 8 consumer warps and an H200's 227 KB, every product
+// keeps whole rows (no per-row column copies) in at least two slots; with little shared memory
+// it keeps them only where two slots of them fit and otherwise cuts to the budget.
+TEST(CudaMatvec, BulkPlanKeepsWholeRowsWhenTheyFit) {
+  const int h200 = 232448;
+  struct Case {
+    int nb, qb, mats;
+  };
+  // q|k|v, attn_output (sliding/full), gate|up, ffn_down, the Q8_0 head; 12B then 31B.
+  for (const Case c : {Case{120, 16, 1}, Case{128, 16, 1}, Case{120, 16, 2}, Case{480, 16, 1},
+                       Case{120, 32, 1}, Case{168, 16, 1}, Case{256, 16, 1}, Case{512, 16, 1},
+                       Case{168, 16, 2}, Case{672, 16, 1}, Case{168, 32, 1}}) {
+    const std::string what = "nb " + std::to_string(c.nb) + " qb " + std::to_string(c.qb) +
+                             " mats " + std::to_string(c.mats);
+    const cuda::BulkPlan p = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 36864, h200, true);
+    EXPECT_EQ(p.shape.parts, 1) << what;
+    EXPECT_GE(p.slots, 2) << what;
+    EXPECT_LE(p.smem, static_cast<size_t>(h200)) << what;
+    EXPECT_GE(p.smem, static_cast<size_t>(p.slots) * p.shape.slot_bytes) << what;
+    // 48 KB: whole rows where two slots of them fit, else chunks within the 4 KB budget.
+    const cuda::BulkPlan small = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 4096, 48 * 1024, true);
+    const size_t whole_row_slot = static_cast<size_t>(8) * c.mats * c.nb * (c.qb + 2);
+    const size_t whole_two = 2 * (whole_row_slot + 16) + 40 * c.nb;
+    if (whole_two <= 48 * 1024) {
+      EXPECT_EQ(small.shape.parts, 1) << what;
+    } else {
+      EXPECT_LE(small.shape.slot_bytes, std::max(4096, 8 * c.mats * 8 * (c.qb + 2)) + 127) << what;
+    }
+    EXPECT_GE(small.slots, 1) << what;
+    EXPECT_LE(small.smem, static_cast<size_t>(48 * 1024)) << what;
+    // Without whole_rows the budget alone decides (the test variants that cut rows into parts).
+    const cuda::BulkPlan cut = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 2048, h200, false);
+    EXPECT_EQ(cut.shape.slot_bytes, cuda::bulk_shape(c.nb, c.qb, c.mats, 8, 2048).slot_bytes) << what;
+    EXPECT_GT(cut.shape.parts, 1) << what;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -123,10 +124,11 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // loads before pdl_wait (only worth it with PDL on, so matvec_config() sets it from that).
 // bulk: stream the weights through shared memory with cp.async.bulk (matvec.cu) instead of
 // register loads: bulk_warps consumer warps per block (one row each per chunk) and a producer
-// warp, a ring of bulk_slots chunks of at most bulk_slot_bytes (GEM_CUDA_MV_BULK,
-// GEM_CUDA_MV_BULK_WARPS, _SLOTS, _SLOT_BYTES). Used for one token with nb % 8 == 0 (cols a
-// multiple of 256); the other calls keep the register form. Off by default: measured slower
-// (bench/results/cuda.md, run 7).
+// warp, a ring of bulk_slots chunks (bulk_plan: whole rows when they fit and bulk_whole_rows,
+// else at most bulk_slot_bytes each). GEM_CUDA_MV_BULK, GEM_CUDA_MV_BULK_WARPS, _SLOTS,
+// _SLOT_BYTES, _WHOLE_ROWS. Used for
+// one token with nb % 8 == 0 (cols a multiple of 256); the other calls keep the register form.
+// Off by default: measured slower (bench/results/cuda.md, run 7).
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
@@ -134,6 +136,7 @@ struct MatvecConfig {
   int bulk_warps = 8;
   int bulk_slots = 4;
   int bulk_slot_bytes = 36864;
+  bool bulk_whole_rows = true;
 };
 // How a bulk product cuts `rows` consecutive rows of nb 32-weight blocks of qb quant bytes (+2
 // scale bytes each, `mats` matrices side by side) into chunks of at most `budget` bytes: `parts`
@@ -146,6 +149,18 @@ struct BulkShape {
   int slot_bytes = 0;
 };
 BulkShape bulk_shape(int nb, int qb, int mats, int rows, int budget);
+// The chunk shape and ring of a bulk product with `warps` consumer warps: with whole_rows, whole
+// rows for every consumer warp when two such slots and the staged activations fit in max_smem
+// bytes (rows cut
+// into column parts are copied row by row, and small copies are slow: bench/results/cuda.md,
+// run 7), else chunks within `budget`; then as many of `slots` slots as fit (at least one).
+struct BulkPlan {
+  BulkShape shape;
+  int slots = 1;
+  size_t smem = 0;
+};
+BulkPlan bulk_plan(int nb, int qb, int mats, int warps, int slots, int budget, int max_smem,
+                   bool whole_rows);
 MatvecConfig matvec_config();
 // y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0 take xq (q8), F32/Q6_K take x.
 // With cap > 0 the result is soft-capped (the output head).

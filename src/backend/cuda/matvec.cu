@@ -278,7 +278,8 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
@@ -292,7 +293,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
   uint32_t done = 0;
   while (!done) {
     asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
+        " selp.u32 %0, 1, 0, p; }"
         : "=r"(done)
         : "r"(smem_u32(bar)), "r"(phase)
         : "memory");
@@ -404,10 +406,11 @@ __global__ void matvec_bulk_kernel(BulkArgs a) {
           ds[u] = b0 + 32 * u < K ? xds[xb] : make_float2(0.0f, 0.0f);
 #pragma unroll
           for (int m = 0; m < kMats; ++m) {
-            const int4* wq = reinterpret_cast<const int4*>(src + m * q_region + (warp * K + b) * qb);
+            const int e = warp * K + b;  // this row's block b in the slot
+            const int4* wq = reinterpret_cast<const int4*>(src + m * q_region + e * qb);
             w[u][m].lo = wq[0];
             w[u][m].hi = kQ8 ? wq[1] : make_int4(0, 0, 0, 0);
-            dw[u][m] = reinterpret_cast<const __half*>(src + kMats * q_region + m * d_region)[warp * K + b];
+            dw[u][m] = reinterpret_cast<const __half*>(src + kMats * q_region + m * d_region)[e];
           }
         }
 #pragma unroll
@@ -540,6 +543,7 @@ MatvecConfig matvec_config() {
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
     m.bulk_slot_bytes = env_int("GEM_CUDA_MV_BULK_SLOT_BYTES", m.bulk_slot_bytes, 256, 65536);
+    m.bulk_whole_rows = env_flag("GEM_CUDA_MV_BULK_WHOLE_ROWS", m.bulk_whole_rows);
     return m;
   }();
   return c;
@@ -556,6 +560,26 @@ BulkShape bulk_shape(int nb, int qb, int mats, int rows, int budget) {
   sh.kb = nb / parts;
   sh.slot_bytes = (rows * mats * sh.kb * (qb + 2) + 127) / 128 * 128;
   return sh;
+}
+
+BulkPlan bulk_plan(int nb, int qb, int mats, int warps, int slots, int budget, int max_smem,
+                   bool whole_rows) {
+  // Shared memory: the slots, two barriers each, the staged activations (32 + 8 bytes a block).
+  auto smem_for = [&](const BulkShape& sh, int n) {
+    return static_cast<size_t>(n) * (sh.slot_bytes + 16) + static_cast<size_t>(nb) * 40;
+  };
+  const int whole = warps * mats * nb * (qb + 2);
+  BulkPlan plan;
+  plan.shape = bulk_shape(nb, qb, mats, warps, whole_rows ? std::max(whole, budget) : budget);
+  if (smem_for(plan.shape, 2) > static_cast<size_t>(max_smem)) {
+    plan.shape = bulk_shape(nb, qb, mats, warps, budget);
+  }
+  plan.slots = std::max(slots, 1);
+  while (plan.slots > 1 && smem_for(plan.shape, plan.slots) > static_cast<size_t>(max_smem)) {
+    --plan.slots;
+  }
+  plan.smem = smem_for(plan.shape, plan.slots);
+  return plan;
 }
 
 namespace {
@@ -587,14 +611,11 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
   BulkArgs a = {};
   const int nb = static_cast<int>(w[0].cols / 32);
   const int warps = mc.bulk_warps;  // consumers; one producer warp more
-  a.shape = bulk_shape(nb, kQ8 ? 32 : 16, kMats, warps, mc.bulk_slot_bytes);
-  a.slots = mc.bulk_slots;
-  auto smem_for = [&](int slots) {  // slots, their two barriers each, the staged activations
-    return static_cast<size_t>(slots) * (a.shape.slot_bytes + 16) +
-           static_cast<size_t>(nb) * (32 + sizeof(float2));
-  };
-  while (a.slots > 1 && smem_for(a.slots) > static_cast<size_t>(max_smem)) --a.slots;
-  const size_t smem = smem_for(a.slots);
+  const BulkPlan plan = bulk_plan(nb, kQ8 ? 32 : 16, kMats, warps, mc.bulk_slots,
+                                  mc.bulk_slot_bytes, max_smem, mc.bulk_whole_rows);
+  a.shape = plan.shape;
+  a.slots = plan.slots;
+  const size_t smem = plan.smem;
   int per_sm = 0;
   GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, matvec_bulk_kernel<kQ8, kMats>, (warps + 1) * 32, smem));
@@ -612,8 +633,8 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
   a.evict_first = mc.evict_first;
   static const bool no_math = env_flag("GEM_CUDA_MV_BULK_NOMATH", false);
   a.no_math = no_math;
-  launch(matvec_bulk_kernel<kQ8, kMats>, static_cast<unsigned>(sms * per_sm), (warps + 1) * 32, smem,
-         s, a);
+  launch(matvec_bulk_kernel<kQ8, kMats>, static_cast<unsigned>(sms * per_sm), (warps + 1) * 32,
+         smem, s, a);
   GEM_CUDA_LAUNCHED();
 }
 
