@@ -8,7 +8,8 @@
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks. sweep: test, then gem bench on the 12B (and the
 # 31B when SWEEP_31B=1) once per line of $SWEEP_FILE (environment settings, e.g.
-# "GEM_CUDA_MV_EF=0"), decode at the depths of $SWEEP_DEPTHS (default 0), then the 12B parity.
+# "GEM_CUDA_MV_EF=0"), decode at the depths of $SWEEP_DEPTHS (default 0) and prefill at the
+# sizes of $SWEEP_P (default none), then the 12B parity.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 mode=${1:-test}
@@ -112,7 +113,7 @@ if [ "$mode" = sweep ]; then
     while IFS= read -r line; do
       [ -z "$line" ] && continue
       log "sweep $p: $line"
-      env $line $GEM bench -m $M/g$p.gguf -p 0 -n 128 -d "${SWEEP_DEPTHS:-0}" -r 2 --backend cuda 2>&1 \
+      env $line $GEM bench -m $M/g$p.gguf -p "${SWEEP_P:-0}" -n 128 -d "${SWEEP_DEPTHS:-0}" -r 2 --backend cuda 2>&1 \
         | grep -E "^\|" | tee -a "$OUT/summary.txt"
     done < "$SWEEP_FILE"
   done

@@ -46,9 +46,13 @@ bool env_flag(const char* name, bool fallback);
 // [lo, hi] is reported on stderr and replaced by `fallback`.
 int env_int(const char* name, int fallback, int lo, int hi);
 
-// Whether launches carry the PDL attribute: off unless GEM_CUDA_PDL=1. Measured on the H200
-// (12B decode graph, 434 programmatic edges): 275.7 tok/s with it, 281.5 without.
+// Whether launches carry the PDL attribute. GEM_CUDA_PDL=1: every launch; =prefill: the
+// launches of multi-token tiles only (prefill: +3 % at pp512/pp4096 on the 12B, run 7); 0 or
+// unset: none (decode with the register products measured 1-2 % slower with it). The backend
+// says which kind of work it is launching with set_pdl_phase().
 bool pdl_enabled();
+bool pdl_in_decode();  // whether decode launches carry it (GEM_CUDA_PDL=1)
+void set_pdl_phase(bool decode);
 
 // Launches `kernel` on `s`, with the PDL attribute when pdl_enabled().
 template <typename... KArgs, typename... Args>

@@ -584,6 +584,7 @@ void log_graph(cudaGraph_t graph) {
 // Enqueues one tile: token ids and pos0 are already in step_dev_.
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
+  cuda::set_pdl_phase(n == 1);
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
                  stream_);

@@ -538,7 +538,7 @@ MatvecConfig matvec_config() {
   static const MatvecConfig c = [] {
     MatvecConfig m;
     m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
-    m.early_prefetch = pdl_enabled();
+    m.early_prefetch = pdl_in_decode();
     m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);

@@ -3,6 +3,9 @@
 // quantisation of activations, GELU gating and the soft-cap.
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -312,10 +315,25 @@ int env_int(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(v);
 }
 
-bool pdl_enabled() {
-  static const bool on = env_flag("GEM_CUDA_PDL", false);
-  return on;
+namespace {
+// 0: off, 1: every launch, 2: multi-token tiles only.
+int pdl_mode() {
+  static const int mode = [] {
+    const char* e = std::getenv("GEM_CUDA_PDL");
+    if (e != nullptr && std::strcmp(e, "prefill") == 0) return 2;
+    return env_flag("GEM_CUDA_PDL", false) ? 1 : 0;
+  }();
+  return mode;
 }
+thread_local bool pdl_decode_phase = false;
+}  // namespace
+
+bool pdl_enabled() {
+  const int mode = pdl_mode();
+  return mode == 1 || (mode == 2 && !pdl_decode_phase);
+}
+bool pdl_in_decode() { return pdl_mode() == 1; }
+void set_pdl_phase(bool decode) { pdl_decode_phase = decode; }
 
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
            cudaStream_t s) {
