@@ -163,24 +163,30 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
 
 // The load forms of the quantised products: register loads L2 evict-first and normal, with the
 // early L2 prefetch; bulk copies through shared memory with the default ring, a small one that
-// cuts every row of these widths into column parts (whole rows off), and a one-slot ring of tiny
-// chunks.
-constexpr int kMatvecVariants = 6;
+// cuts every row of these widths into column parts, a one-slot ring of tiny chunks, and two rows
+// per consumer warp (the default ring, and a cut one with 3 warps so chunks end mid-pair).
+constexpr int kMatvecVariants = 8;
 cuda::MatvecConfig matvec_variant(int v) {
   cuda::MatvecConfig c;
   c.evict_first = v != 1;
   c.early_prefetch = v == 2;
   c.bulk = v >= 3;
+  c.bulk_rows = v >= 6 ? 2 : 1;
   if (v == 4) {
     c.bulk_warps = 4;
     c.bulk_slots = 2;
     c.bulk_slot_bytes = 2048;
-    c.bulk_whole_rows = false;
+    c.bulk_min_copy = 0;
   } else if (v == 5) {
     c.bulk_warps = 3;
     c.bulk_slots = 1;
     c.bulk_slot_bytes = 256;
-    c.bulk_whole_rows = false;
+    c.bulk_min_copy = 0;
+  } else if (v == 7) {
+    c.bulk_warps = 3;
+    c.bulk_slots = 2;
+    c.bulk_slot_bytes = 4096;
+    c.bulk_min_copy = 0;
   }
   return c;
 }
@@ -216,10 +222,11 @@ TEST(CudaMatvec, BulkShapesFitTheirBudget) {
   }
 }
 
-// bulk_plan: at the 12B/31B widths with 8 consumer warps and an H200's 227 KB, every product
-// keeps whole rows (no per-row column copies) in at least two slots; with little shared memory
-// it keeps them only where two slots of them fit and otherwise cuts to the budget.
-TEST(CudaMatvec, BulkPlanKeepsWholeRowsWhenTheyFit) {
+// bulk_plan: at the 12B/31B widths with chunks of 8 rows and an H200's 227 KB, no product
+// copies rows in column parts under min_copy bytes (whole rows in at least two slots instead);
+// with little shared memory it keeps whole rows only where two slots of them fit; with
+// min_copy 0 the budget alone decides.
+TEST(CudaMatvec, BulkPlanAvoidsSmallCopies) {
   const int h200 = 232448;
   struct Case {
     int nb, qb, mats;
@@ -230,13 +237,20 @@ TEST(CudaMatvec, BulkPlanKeepsWholeRowsWhenTheyFit) {
                        Case{168, 16, 2}, Case{672, 16, 1}, Case{168, 32, 1}}) {
     const std::string what = "nb " + std::to_string(c.nb) + " qb " + std::to_string(c.qb) +
                              " mats " + std::to_string(c.mats);
-    const cuda::BulkPlan p = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 36864, h200, true);
-    EXPECT_EQ(p.shape.parts, 1) << what;
-    EXPECT_GE(p.slots, 2) << what;
-    EXPECT_LE(p.smem, static_cast<size_t>(h200)) << what;
-    EXPECT_GE(p.smem, static_cast<size_t>(p.slots) * p.shape.slot_bytes) << what;
+    const cuda::BulkShape budget_cut = cuda::bulk_shape(c.nb, c.qb, c.mats, 8, 36864);
+    for (int min_copy : {2048, 1 << 30}) {
+      const cuda::BulkPlan p = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 36864, min_copy, h200);
+      if (budget_cut.kb * c.qb < min_copy) {
+        EXPECT_EQ(p.shape.parts, 1) << what << " min_copy " << min_copy;
+      } else {
+        EXPECT_EQ(p.shape.parts, budget_cut.parts) << what << " min_copy " << min_copy;
+      }
+      EXPECT_GE(p.slots, 2) << what;
+      EXPECT_LE(p.smem, static_cast<size_t>(h200)) << what;
+      EXPECT_GE(p.smem, static_cast<size_t>(p.slots) * p.shape.slot_bytes) << what;
+    }
     // 48 KB: whole rows where two slots of them fit, else chunks within the 4 KB budget.
-    const cuda::BulkPlan small = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 4096, 48 * 1024, true);
+    const cuda::BulkPlan small = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 4096, 1 << 30, 48 * 1024);
     const size_t whole_row_slot = static_cast<size_t>(8) * c.mats * c.nb * (c.qb + 2);
     const size_t whole_two = 2 * (whole_row_slot + 16) + 40 * c.nb;
     if (whole_two <= 48 * 1024) {
@@ -246,11 +260,15 @@ TEST(CudaMatvec, BulkPlanKeepsWholeRowsWhenTheyFit) {
     }
     EXPECT_GE(small.slots, 1) << what;
     EXPECT_LE(small.smem, static_cast<size_t>(48 * 1024)) << what;
-    // Without whole_rows the budget alone decides (the test variants that cut rows into parts).
-    const cuda::BulkPlan cut = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 2048, h200, false);
+    // min_copy 0: the budget alone decides (the test variants that cut rows into parts).
+    const cuda::BulkPlan cut = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 2048, 0, h200);
     EXPECT_EQ(cut.shape.slot_bytes, cuda::bulk_shape(c.nb, c.qb, c.mats, 8, 2048).slot_bytes) << what;
     EXPECT_GT(cut.shape.parts, 1) << what;
   }
+  // The cases run 8 measured: the 12B's ffn_down keeps its 3,840-byte parts, the 31B's gate|up
+  // (896-byte parts under the budget) goes whole-row.
+  EXPECT_EQ(cuda::bulk_plan(480, 16, 1, 8, 4, 36864, 2048, h200).shape.parts, 2);
+  EXPECT_EQ(cuda::bulk_plan(168, 16, 2, 8, 4, 36864, 2048, h200).shape.parts, 1);
 }
 
 void check_matvec(DType type, int64_t rows, int64_t cols) {

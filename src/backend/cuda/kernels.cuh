@@ -123,20 +123,20 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // per step; GEM_CUDA_MV_EF=0 for the default policy), and an L2 prefetch of each warp's first
 // loads before pdl_wait (only worth it with PDL on, so matvec_config() sets it from that).
 // bulk: stream the weights through shared memory with cp.async.bulk (matvec.cu) instead of
-// register loads: bulk_warps consumer warps per block (one row each per chunk) and a producer
-// warp, a ring of bulk_slots chunks (bulk_plan: whole rows when they fit and bulk_whole_rows,
-// else at most bulk_slot_bytes each). GEM_CUDA_MV_BULK, GEM_CUDA_MV_BULK_WARPS, _SLOTS,
-// _SLOT_BYTES, _WHOLE_ROWS. Used for
-// one token with nb % 8 == 0 (cols a multiple of 256); the other calls keep the register form.
-// Off by default: measured slower (bench/results/cuda.md, run 7).
+// register loads: bulk_warps consumer warps per block (bulk_rows consecutive rows each per chunk)
+// and a producer warp, a ring of bulk_slots chunks (bulk_plan). GEM_CUDA_MV_BULK,
+// GEM_CUDA_MV_BULK_WARPS, _R, _SLOTS, _SLOT_BYTES, _MIN_COPY. Used for one token with
+// nb % 8 == 0 (cols a multiple of 256); the other calls keep the register form.
+// Off by default: measured slower (bench/results/cuda.md, runs 7 and 8).
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
   bool bulk = false;
   int bulk_warps = 8;
+  int bulk_rows = 1;
   int bulk_slots = 4;
   int bulk_slot_bytes = 36864;
-  bool bulk_whole_rows = true;
+  int bulk_min_copy = 2048;
 };
 // How a bulk product cuts `rows` consecutive rows of nb 32-weight blocks of qb quant bytes (+2
 // scale bytes each, `mats` matrices side by side) into chunks of at most `budget` bytes: `parts`
@@ -149,18 +149,18 @@ struct BulkShape {
   int slot_bytes = 0;
 };
 BulkShape bulk_shape(int nb, int qb, int mats, int rows, int budget);
-// The chunk shape and ring of a bulk product with `warps` consumer warps: with whole_rows, whole
-// rows for every consumer warp when two such slots and the staged activations fit in max_smem
-// bytes (rows cut
-// into column parts are copied row by row, and small copies are slow: bench/results/cuda.md,
-// run 7), else chunks within `budget`; then as many of `slots` slots as fit (at least one).
+// The chunk shape and ring of a bulk product whose chunks have `rows` rows: chunks within
+// `budget`, unless that cuts rows into column parts whose copies (kb·qb quant bytes per row)
+// are under min_copy bytes and two slots of whole rows fit in max_smem with the staged
+// activations: then whole rows (rows cut into parts are copied row by row, and small copies are
+// slow: bench/results/cuda.md, runs 7 and 8). Then as many of `slots` slots as fit (at least 1).
 struct BulkPlan {
   BulkShape shape;
   int slots = 1;
   size_t smem = 0;
 };
-BulkPlan bulk_plan(int nb, int qb, int mats, int warps, int slots, int budget, int max_smem,
-                   bool whole_rows);
+BulkPlan bulk_plan(int nb, int qb, int mats, int rows, int slots, int budget, int min_copy,
+                   int max_smem);
 MatvecConfig matvec_config();
 // y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0 take xq (q8), F32/Q6_K take x.
 // With cap > 0 the result is soft-capped (the output head).

@@ -258,7 +258,9 @@ __global__ void __launch_bounds__(kQWarps * 32)
 // pdl_wait (weights never depend on an earlier kernel). A chunk is kb blocks (columns) of
 // `n_warps` consecutive rows, one per consumer warp; a row is cut into `parts` chunks when the
 // ring's budget asks for it. Each block owns an even share of the rows. Every copy is a
-// multiple of 16 bytes at a 16-byte aligned address (kb % 8 == 0), hence nb % 8 == 0.
+// multiple of 16 bytes at a 16-byte aligned address (kb % 8 == 0), hence nb % 8 == 0. With kR = 2
+// a chunk has 2·n_warps rows and each consumer warp computes two consecutive ones, loading each
+// activation block once for both.
 struct BulkArgs {
   const uint8_t* qs[2];
   const __half* d[2];
@@ -309,25 +311,25 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-constexpr int kBulkU = 4;  // blocks per lane and round of the bulk products
-
 // blockDim = (n_warps + 1) warps: consumers 0..n_warps-1, the producer last.
-template <bool kQ8, int kMats>
+template <bool kQ8, int kMats, int kR>
 __global__ void matvec_bulk_kernel(BulkArgs a) {
+  constexpr int kBulkU = kR == 1 ? 4 : 2;  // blocks per lane and round
   extern __shared__ __align__(128) uint8_t smem[];
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x >> 5) - 1;
+  const int CR = n_warps * kR;  // rows per chunk
   const int S = a.slots, slot_bytes = a.shape.slot_bytes;
   const int P = a.shape.parts, K = a.shape.kb, nb = a.nb;
   constexpr int qb = kQ8 ? 32 : 16;
-  // Slot layout (fixed, n_warps rows): quants of matrix m at m·n_warps·K·qb, row j at j·K·qb;
-  // then the scales of matrix m at kMats·n_warps·K·qb + m·n_warps·K·2, row j at j·K·2.
-  const int q_region = n_warps * K * qb, d_region = n_warps * K * 2;
+  // Slot layout (fixed, CR rows): quants of matrix m at m·CR·K·qb, row j at j·K·qb; then the
+  // scales of matrix m at kMats·CR·K·qb + m·CR·K·2, row j at j·K·2.
+  const int q_region = CR * K * qb, d_region = CR * K * 2;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + static_cast<int64_t>(S) * slot_bytes);
   uint64_t* empty = full + S;
   const int64_t r_begin = blockIdx.x * a.rows / gridDim.x;
   const int64_t r_end = (blockIdx.x + 1) * a.rows / gridDim.x;
-  const int n_chunks = static_cast<int>((r_end - r_begin + n_warps - 1) / n_warps) * P;
+  const int n_chunks = static_cast<int>((r_end - r_begin + CR - 1) / CR) * P;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(&full[s], 1);
@@ -342,9 +344,9 @@ __global__ void matvec_bulk_kernel(BulkArgs a) {
       for (int i = 0; i < n_chunks; ++i) {
         const int s = i % S;
         if (i >= S) mbar_wait(&empty[s], static_cast<uint32_t>((i / S - 1) & 1));
-        const int64_t r = r_begin + static_cast<int64_t>(i / P) * n_warps;
+        const int64_t r = r_begin + static_cast<int64_t>(i / P) * CR;
         const int p = i % P;
-        const int nr = static_cast<int>(r_end - r < n_warps ? r_end - r : n_warps);
+        const int nr = static_cast<int>(r_end - r < CR ? r_end - r : CR);
         mbar_expect_tx(&full[s], kMats * nr * K * (qb + 2));
         uint8_t* dst = smem + static_cast<int64_t>(s) * slot_bytes;
         for (int m = 0; m < kMats; ++m) {
@@ -378,25 +380,29 @@ __global__ void matvec_bulk_kernel(BulkArgs a) {
     for (int k = threadIdx.x; k < nb; k += n_warps * 32) xds[k] = a.xds[k];
   }
   asm volatile("bar.sync 1, %0;" ::"r"(n_warps * 32) : "memory");
-  float carry[kMats] = {};
+  float carry[kMats][kR] = {};
   for (int i = 0; i < n_chunks; ++i) {
     const int s = i % S;
     mbar_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
-    const int64_t r = r_begin + static_cast<int64_t>(i / P) * n_warps + warp;  // this warp's row
+    const int64_t r = r_begin + static_cast<int64_t>(i / P) * CR + warp * kR;  // first row
     const int p = i % P;
     if (r < r_end) {
       const uint8_t* src = smem + static_cast<int64_t>(s) * slot_bytes;
-      float acc[kMats];
+      float acc[kMats][kR];
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) acc[m] = p == 0 ? 0.0f : carry[m];
+      for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+        for (int j = 0; j < kR; ++j) acc[m][j] = p == 0 ? 0.0f : carry[m][j];
+      }
       // Lane's blocks b = lane + 32·u; each round loads the activations and weights of kBulkU
       // blocks before using any. Lanes past the end load block K − 1 again (no branches) with
-      // zero activation scales, so their terms are 0.
+      // zero activation scales, so their terms are 0. A second row past the block's end reads
+      // slot bytes the producer did not fill this time; its sum is never stored.
       for (int b0 = a.no_math ? K : lane; b0 < K; b0 += 32 * kBulkU) {
         int4 x0[kBulkU], x1[kBulkU];
         float2 ds[kBulkU];
-        WBlock<kQ8> w[kBulkU][kMats];
-        __half dw[kBulkU][kMats];
+        WBlock<kQ8> w[kBulkU][kMats][kR];
+        __half dw[kBulkU][kMats][kR];
 #pragma unroll
         for (int u = 0; u < kBulkU; ++u) {
           const int b = b0 + 32 * u < K ? b0 + 32 * u : K - 1;
@@ -406,32 +412,44 @@ __global__ void matvec_bulk_kernel(BulkArgs a) {
           ds[u] = b0 + 32 * u < K ? xds[xb] : make_float2(0.0f, 0.0f);
 #pragma unroll
           for (int m = 0; m < kMats; ++m) {
-            const int e = warp * K + b;  // this row's block b in the slot
-            const int4* wq = reinterpret_cast<const int4*>(src + m * q_region + e * qb);
-            w[u][m].lo = wq[0];
-            w[u][m].hi = kQ8 ? wq[1] : make_int4(0, 0, 0, 0);
-            dw[u][m] = reinterpret_cast<const __half*>(src + kMats * q_region + m * d_region)[e];
+#pragma unroll
+            for (int j = 0; j < kR; ++j) {
+              const int e = (warp * kR + j) * K + b;  // row warp·kR + j's block b in the slot
+              const int4* wq = reinterpret_cast<const int4*>(src + m * q_region + e * qb);
+              w[u][m][j].lo = wq[0];
+              w[u][m][j].hi = kQ8 ? wq[1] : make_int4(0, 0, 0, 0);
+              dw[u][m][j] = reinterpret_cast<const __half*>(src + kMats * q_region + m * d_region)[e];
+            }
           }
         }
 #pragma unroll
         for (int u = 0; u < kBulkU; ++u) {
 #pragma unroll
           for (int m = 0; m < kMats; ++m) {
-            acc[m] += wblock_term<kQ8>(w[u][m], __half2float(dw[u][m]), x0[u], x1[u], ds[u]);
+#pragma unroll
+            for (int j = 0; j < kR; ++j) {
+              acc[m][j] += wblock_term<kQ8>(w[u][m][j], __half2float(dw[u][m][j]), x0[u], x1[u], ds[u]);
+            }
           }
         }
       }
       if (p == P - 1) {
-        if constexpr (kMats == 2) {
-          const float vg = warp_sum(acc[0]), vu = warp_sum(acc[1]);
-          if (lane == 0) a.y[r] = gelu_tanh(vg) * vu;
-        } else {
-          const float v = warp_sum(acc[0]);
-          if (lane == 0) a.y[r] = a.cap > 0.0f ? a.cap * tanhf(v / a.cap) : v;
+#pragma unroll
+        for (int j = 0; j < kR; ++j) {
+          if constexpr (kMats == 2) {
+            const float vg = warp_sum(acc[0][j]), vu = warp_sum(acc[1][j]);
+            if (lane == 0 && r + j < r_end) a.y[r + j] = gelu_tanh(vg) * vu;
+          } else {
+            const float v = warp_sum(acc[0][j]);
+            if (lane == 0 && r + j < r_end) a.y[r + j] = a.cap > 0.0f ? a.cap * tanhf(v / a.cap) : v;
+          }
         }
       } else {
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) carry[m] = acc[m];
+        for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+          for (int j = 0; j < kR; ++j) carry[m][j] = acc[m][j];
+        }
       }
     }
     __syncwarp();  // every lane is done reading the slot
@@ -543,7 +561,8 @@ MatvecConfig matvec_config() {
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
     m.bulk_slot_bytes = env_int("GEM_CUDA_MV_BULK_SLOT_BYTES", m.bulk_slot_bytes, 256, 65536);
-    m.bulk_whole_rows = env_flag("GEM_CUDA_MV_BULK_WHOLE_ROWS", m.bulk_whole_rows);
+    m.bulk_rows = env_int("GEM_CUDA_MV_BULK_R", m.bulk_rows, 1, 2);
+    m.bulk_min_copy = env_int("GEM_CUDA_MV_BULK_MIN_COPY", m.bulk_min_copy, 0, 1 << 30);
     return m;
   }();
   return c;
@@ -562,17 +581,17 @@ BulkShape bulk_shape(int nb, int qb, int mats, int rows, int budget) {
   return sh;
 }
 
-BulkPlan bulk_plan(int nb, int qb, int mats, int warps, int slots, int budget, int max_smem,
-                   bool whole_rows) {
+BulkPlan bulk_plan(int nb, int qb, int mats, int rows, int slots, int budget, int min_copy,
+                   int max_smem) {
   // Shared memory: the slots, two barriers each, the staged activations (32 + 8 bytes a block).
   auto smem_for = [&](const BulkShape& sh, int n) {
     return static_cast<size_t>(n) * (sh.slot_bytes + 16) + static_cast<size_t>(nb) * 40;
   };
-  const int whole = warps * mats * nb * (qb + 2);
   BulkPlan plan;
-  plan.shape = bulk_shape(nb, qb, mats, warps, whole_rows ? std::max(whole, budget) : budget);
-  if (smem_for(plan.shape, 2) > static_cast<size_t>(max_smem)) {
-    plan.shape = bulk_shape(nb, qb, mats, warps, budget);
+  plan.shape = bulk_shape(nb, qb, mats, rows, budget);
+  if (plan.shape.parts > 1 && plan.shape.kb * qb < min_copy) {
+    const BulkShape whole = bulk_shape(nb, qb, mats, rows, rows * mats * nb * (qb + 2));
+    if (smem_for(whole, 2) <= static_cast<size_t>(max_smem)) plan.shape = whole;
   }
   plan.slots = std::max(slots, 1);
   while (plan.slots > 1 && smem_for(plan.shape, plan.slots) > static_cast<size_t>(max_smem)) {
@@ -591,7 +610,7 @@ bool bulk_fits(const DevMatrix& w, int n, const MatvecConfig& mc) {
 }
 
 // Launches a bulk product over `mats` matrices shaped like w[0] (gated: gate and up).
-template <bool kQ8, int kMats>
+template <bool kQ8, int kMats, int kR>
 void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t s,
                  const MatvecConfig& mc) {
   static const int sms = [] {
@@ -604,21 +623,21 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
     int dev = 0, n = 0;
     GEM_CUDA_CHECK(cudaGetDevice(&dev));
     GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_bulk_kernel<kQ8, kMats>,
+    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_bulk_kernel<kQ8, kMats, kR>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, n));
     return n;
   }();
   BulkArgs a = {};
   const int nb = static_cast<int>(w[0].cols / 32);
   const int warps = mc.bulk_warps;  // consumers; one producer warp more
-  const BulkPlan plan = bulk_plan(nb, kQ8 ? 32 : 16, kMats, warps, mc.bulk_slots,
-                                  mc.bulk_slot_bytes, max_smem, mc.bulk_whole_rows);
+  const BulkPlan plan = bulk_plan(nb, kQ8 ? 32 : 16, kMats, warps * kR, mc.bulk_slots,
+                                  mc.bulk_slot_bytes, mc.bulk_min_copy, max_smem);
   a.shape = plan.shape;
   a.slots = plan.slots;
   const size_t smem = plan.smem;
   int per_sm = 0;
   GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, matvec_bulk_kernel<kQ8, kMats>, (warps + 1) * 32, smem));
+      &per_sm, matvec_bulk_kernel<kQ8, kMats, kR>, (warps + 1) * 32, smem));
   if (per_sm < 1) per_sm = 1;
   for (int m = 0; m < kMats; ++m) {
     a.qs[m] = w[m].qs;
@@ -633,7 +652,7 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
   a.evict_first = mc.evict_first;
   static const bool no_math = env_flag("GEM_CUDA_MV_BULK_NOMATH", false);
   a.no_math = no_math;
-  launch(matvec_bulk_kernel<kQ8, kMats>, static_cast<unsigned>(sms * per_sm), (warps + 1) * 32,
+  launch(matvec_bulk_kernel<kQ8, kMats, kR>, static_cast<unsigned>(sms * per_sm), (warps + 1) * 32,
          smem, s, a);
   GEM_CUDA_LAUNCHED();
 }
@@ -643,10 +662,11 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s, const MatvecConfig& mc) {
   if (bulk_fits(w, n, mc)) {
-    if (w.type == WType::kQ4_0) {
-      launch_bulk<false, 1>(&w, xq, y, cap, s, mc);
+    const bool q8 = w.type == WType::kQ8_0;
+    if (mc.bulk_rows == 2) {
+      q8 ? launch_bulk<true, 1, 2>(&w, xq, y, cap, s, mc) : launch_bulk<false, 1, 2>(&w, xq, y, cap, s, mc);
     } else {
-      launch_bulk<true, 1>(&w, xq, y, cap, s, mc);
+      q8 ? launch_bulk<true, 1, 1>(&w, xq, y, cap, s, mc) : launch_bulk<false, 1, 1>(&w, xq, y, cap, s, mc);
     }
     return;
   }
@@ -677,7 +697,11 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
                   cudaStream_t s, const MatvecConfig& mc) {
   if (bulk_fits(gate, n, mc) && bulk_fits(up, n, mc)) {
     const DevMatrix w[2] = {gate, up};
-    launch_bulk<false, 2>(w, xq, g, 0.0f, s, mc);
+    if (mc.bulk_rows == 2) {
+      launch_bulk<false, 2, 2>(w, xq, g, 0.0f, s, mc);
+    } else {
+      launch_bulk<false, 2, 1>(w, xq, g, 0.0f, s, mc);
+    }
     return;
   }
   constexpr int kRows = 2;

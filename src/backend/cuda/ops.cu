@@ -316,11 +316,11 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 }
 
 namespace {
-// 0: off, 1: every launch, 2: multi-token tiles only.
+// 0: off, 1: every launch, 2: multi-token tiles only (the default).
 int pdl_mode() {
   static const int mode = [] {
     const char* e = std::getenv("GEM_CUDA_PDL");
-    if (e != nullptr && std::strcmp(e, "prefill") == 0) return 2;
+    if (e == nullptr || e[0] == '\0' || std::strcmp(e, "prefill") == 0) return 2;
     return env_flag("GEM_CUDA_PDL", false) ? 1 : 0;
   }();
   return mode;
