@@ -108,6 +108,8 @@ __global__ void residual_kernel(float* x, const float* __restrict__ a,
     wp[k] = a && c < cols ? __ldg(w_post + c) : 0.0f;
     wn[k] = w_next && c < cols ? __ldg(w_next + c) : 0.0f;
   }
+  // A weight too: loaded with the others, not after the first reduction.
+  const float scale = out_scale ? __ldg(out_scale) : 1.0f;
   pdl_wait();
   float av[kPer], xv[kPer];
 #pragma unroll
@@ -122,7 +124,6 @@ __global__ void residual_kernel(float* x, const float* __restrict__ a,
     for (int k = 0; k < kPer; ++k) ss += av[k] * av[k];
     ss = block_sum(ss, red);
     const float inv_a = rsqrtf(ss / cols + eps);
-    const float scale = out_scale ? out_scale[0] : 1.0f;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int c = threadIdx.x + k * blockDim.x;
