@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Summarises an nsys cuda_gpu_trace CSV of gem decode steps (bench/cuda/nsys_steps.sh).
+"""Summarises a kernel trace CSV of gem decode steps (bench/cuda/trace_steps.sh; the columns
+of nsys's cuda_gpu_trace report, so an nsys export works too).
 
-  nsys_steps.py TRACE.csv
+  trace_steps.py TRACE.csv
 
 Takes the kernels of the last complete decode step but one (embed_kernel to embed_kernel) and
 prints per kernel (name and grid): launches, mean duration, mean gap from the previous kernel's
