@@ -99,13 +99,17 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 // Quantises one 32-value block held one value per lane (the whole warp calls it): the q8 form
 // of kernels.cuh's Q8Act, q = round(v/s) with s = max|v|/127, ds = (s, s·Σq).
+// The max and the sum are single warp reductions (redux.sync) rather than shuffle trees: for
+// non-negative floats the bit patterns order as unsigned integers, and Σq is an integer, so the
+// results are the same bits (these run once per activation value in the latency-bound decode
+// epilogues, where the shuffles were most of the issued instructions).
 __device__ __forceinline__ void q8_block_out(float v, int8_t* q, float2* ds, int lane) {
-  const float amax = warp_max(fabsf(v));
+  const float amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v))));
   const float s = amax / 127.0f;
   const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
   q[lane] = static_cast<int8_t>(qi);
-  const float qsum = warp_sum(static_cast<float>(qi));
-  if (lane == 0) *ds = make_float2(s, s * qsum);
+  const int qsum = __reduce_add_sync(0xffffffffu, qi);
+  if (lane == 0) *ds = make_float2(s, s * static_cast<float>(qsum));
 }
 
 __device__ __forceinline__ float gelu_tanh(float u) {

@@ -128,9 +128,15 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // GEM_CUDA_MV_BULK_WARPS, _R, _SLOTS, _SLOT_BYTES, _MIN_COPY. Used for one token with
 // nb % 8 == 0 (cols a multiple of 256); the other calls keep the register form.
 // Off by default: measured slower (bench/results/cuda.md, runs 7 and 8).
+// x_smem: the register products stage the token's q8 activations in shared memory per block
+// (matrices of at most 65,536 rows) and read them from there when used, so a round's registers
+// hold weights only; q4_unroll: Q4_0 blocks per lane and round with x_smem (4 or 8; the gated
+// product loads half as many per matrix). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL.
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
+  bool x_smem = false;
+  int q4_unroll = 4;
   bool bulk = false;
   int bulk_warps = 8;
   int bulk_rows = 1;

@@ -103,12 +103,37 @@ __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int
   }
 }
 
+// The q8 activations of one token, either in global memory (x4: two int4 per 32-block, ds) or
+// staged in shared memory by stage_x (lo/hi: the low and high 16 bytes of each block in two
+// arrays, so that lanes reading consecutive blocks hit distinct banks; ds).
+struct XSrc {
+  const int4* x4;
+  const int4* lo;
+  const int4* hi;
+  const float2* ds;
+};
+
+// Copies a token's q8 activations (nb blocks) into shared memory `smem` (nb·40 bytes) with the
+// whole block, then syncs it. Returns the staged source.
+__device__ __forceinline__ XSrc stage_x(const int8_t* xq, const float2* xds, int nb, int4* smem) {
+  int4* lo = smem;
+  int4* hi = lo + nb;
+  float2* ds = reinterpret_cast<float2*>(hi + nb);
+  const int4* xg = reinterpret_cast<const int4*>(xq);
+  for (int k = threadIdx.x; k < 2 * nb; k += blockDim.x) (k & 1 ? hi : lo)[k >> 1] = xg[k];
+  for (int k = threadIdx.x; k < nb; k += blockDim.x) ds[k] = xds[k];
+  __syncthreads();
+  return XSrc{nullptr, lo, hi, ds};
+}
+
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
-// each, starting at row0 (clamped to rows − 1 for loading), activations of token row x4/ds.
-template <bool kQ8, int kMats, int kRows, int kUnroll>
+// each, starting at row0 (clamped to rows − 1 for loading), activations x. With kXS the
+// activations come from shared memory when used instead of being loaded into registers with the
+// weights: the registers of a round hold weights only, so more warps fit per SM.
+template <bool kQ8, int kMats, int kRows, int kUnroll, bool kXS = false>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
-                                                const int4* x4, const float2* ds, int lane,
+                                                const XSrc& x, int lane,
                                                 uint64_t pol, float (&acc)[kMats][kRows]) {
   const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
   const uint8_t* wrow[kMats][kRows];
@@ -131,9 +156,11 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
     for (int u = 0; u < kUnroll; ++u) {
       const int b = b0 + 32 * u;
       if (b < nb) {
-        x0[u] = __ldg(x4 + 2 * b);
-        x1[u] = __ldg(x4 + 2 * b + 1);
-        s[u] = __ldg(ds + b);
+        if constexpr (!kXS) {
+          x0[u] = __ldg(x.x4 + 2 * b);
+          x1[u] = __ldg(x.x4 + 2 * b + 1);
+          s[u] = __ldg(x.ds + b);
+        }
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -147,6 +174,11 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (b0 + 32 * u < nb) {
+        if constexpr (kXS) {
+          x0[u] = x.lo[b0 + 32 * u];
+          x1[u] = x.hi[b0 + 32 * u];
+          s[u] = x.ds[b0 + 32 * u];
+        }
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -186,8 +218,23 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const* qs, const __
   }
 }
 
+// The token's activations: staged in dynamic shared memory (kXS; after pdl_wait, before any
+// warp leaves) or read from global memory.
+template <bool kXS>
+__device__ __forceinline__ XSrc token_x(const int8_t* xq, const float2* xds, int cols, int t) {
+  const int nb = cols / 32;
+  const int8_t* xt = xq + static_cast<int64_t>(t) * cols;
+  const float2* dt = xds + static_cast<int64_t>(t) * nb;
+  if constexpr (kXS) {
+    extern __shared__ int4 xs_smem[];
+    return stage_x(xt, dt, nb, xs_smem);
+  } else {
+    return XSrc{reinterpret_cast<const int4*>(xt), nullptr, nullptr, dt};
+  }
+}
+
 // y[t, r] for kRows consecutive rows per warp; blockIdx.y = token t.
-template <bool kQ8, int kRows, int kUnroll>
+template <bool kQ8, int kRows, int kUnroll, bool kXS>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
                     const int8_t* xq, const float2* xds, float* y, float cap, MatvecConfig mc) {
@@ -202,12 +249,11 @@ __global__ void __launch_bounds__(kQWarps * 32)
     prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
   pdl_wait();
+  const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
-  const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
-  const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[1][kRows] = {};
-  accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane,
-                                          weight_policy(mc.evict_first), acc);
+  accumulate_rows<kQ8, 1, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
+                                               weight_policy(mc.evict_first), acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float v = warp_sum(acc[0][r]);
@@ -218,7 +264,7 @@ __global__ void __launch_bounds__(kQWarps * 32)
 }
 
 // kRows output rows per warp: gelu_tanh(gate·x)·(up·x).
-template <int kRows, int kUnroll>
+template <int kRows, int kUnroll, bool kXS>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
                         int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g,
@@ -234,12 +280,11 @@ __global__ void __launch_bounds__(kQWarps * 32)
     prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
   pdl_wait();
+  const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
-  const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
-  const float2* ds = xds + static_cast<int64_t>(t) * nb;
   float acc[2][kRows] = {};
-  accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, ds, lane,
-                                            weight_policy(mc.evict_first), acc);
+  accumulate_rows<false, 2, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
+                                                 weight_policy(mc.evict_first), acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
@@ -562,6 +607,9 @@ MatvecConfig matvec_config() {
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
     m.bulk_slot_bytes = env_int("GEM_CUDA_MV_BULK_SLOT_BYTES", m.bulk_slot_bytes, 256, 65536);
     m.bulk_rows = env_int("GEM_CUDA_MV_BULK_R", m.bulk_rows, 1, 2);
+    m.x_smem = env_flag("GEM_CUDA_MV_XSMEM", m.x_smem);
+    m.q4_unroll = env_int("GEM_CUDA_MV_UNROLL", m.q4_unroll, 4, 8);
+    if (m.q4_unroll != 4 && m.q4_unroll != 8) m.q4_unroll = 4;
     m.bulk_min_copy = env_int("GEM_CUDA_MV_BULK_MIN_COPY", m.bulk_min_copy, 0, 1 << 30);
     return m;
   }();
@@ -602,6 +650,12 @@ BulkPlan bulk_plan(int nb, int qb, int mats, int rows, int slots, int budget, in
 }
 
 namespace {
+
+// Register products stage the activations in shared memory (MatvecConfig::x_smem) for matrices
+// of at most 65,536 rows: each block copies the whole activation row, so the output head (262,144
+// rows, 32,768 blocks) would move more activation bytes than it saves.
+bool x_in_smem(int64_t rows, const MatvecConfig& mc) { return mc.x_smem && rows <= 65536; }
+size_t x_smem_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * 40; }
 
 bool bulk_fits(const DevMatrix& w, int n, const MatvecConfig& mc) {
   const int64_t nb = w.cols / 32;
@@ -674,12 +728,22 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     constexpr int kRows = 2;
     const int64_t rows_per_block = kQWarps * kRows;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
+    const bool xs = x_in_smem(w.rows, mc);
+    const size_t smem = xs ? x_smem_bytes(w.cols) : 0;
+    auto go = [&](auto kernel) {
+      launch(kernel, grid, kQWarps * 32, smem, s, w.qs, w.d, w.rows, static_cast<int>(w.cols),
+             xq.q, xq.ds, y, cap, mc);
+    };
     if (w.type == WType::kQ4_0) {
-      launch(matvec_q_kernel<false, kRows, 4>, grid, kQWarps * 32, 0, s,
-             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap, mc);
+      if (!xs) {
+        go(matvec_q_kernel<false, kRows, 4, false>);
+      } else if (mc.q4_unroll == 8) {
+        go(matvec_q_kernel<false, kRows, 8, true>);
+      } else {
+        go(matvec_q_kernel<false, kRows, 4, true>);
+      }
     } else {
-      launch(matvec_q_kernel<true, kRows, 2>, grid, kQWarps * 32, 0, s,
-             w.qs, w.d, w.rows, static_cast<int>(w.cols), xq.q, xq.ds, y, cap, mc);
+      xs ? go(matvec_q_kernel<true, kRows, 2, true>) : go(matvec_q_kernel<true, kRows, 2, false>);
     }
   } else {
     const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
@@ -707,8 +771,19 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
   constexpr int kRows = 2;
   const int64_t rows_per_block = kQWarps * kRows;
   const dim3 grid(static_cast<unsigned>((gate.rows + rows_per_block - 1) / rows_per_block), n);
-  launch(matvec_gated_kernel<kRows, 2>, grid, kQWarps * 32, 0, s,
-         gate.qs, gate.d, up.qs, up.d, gate.rows, static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
+  const bool xs = x_in_smem(gate.rows, mc);
+  const size_t smem = xs ? x_smem_bytes(gate.cols) : 0;
+  auto go = [&](auto kernel) {
+    launch(kernel, grid, kQWarps * 32, smem, s, gate.qs, gate.d, up.qs, up.d, gate.rows,
+           static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
+  };
+  if (!xs) {
+    go(matvec_gated_kernel<kRows, 2, false>);
+  } else if (mc.q4_unroll == 8) {
+    go(matvec_gated_kernel<kRows, 4, true>);
+  } else {
+    go(matvec_gated_kernel<kRows, 2, true>);
+  }
   GEM_CUDA_LAUNCHED();
 }
 
