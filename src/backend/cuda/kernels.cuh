@@ -131,7 +131,9 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // x_smem: the register products stage the token's q8 activations in shared memory per block
 // (matrices of at most 65,536 rows) and read them from there when used, so a round's registers
 // hold weights only; q4_unroll: Q4_0 blocks per lane and round with x_smem (4 or 8; the gated
-// product loads half as many per matrix). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL.
+// product loads half as many per matrix). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL. Off: measured
+// slower on the H200 (run 8: 12B 291.9 vs 317.5 tok/s; the per-block staging costs more than
+// the extra resident warps give).
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
