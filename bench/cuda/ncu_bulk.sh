@@ -2,13 +2,7 @@
 # ncu of the decode products (durations, DRAM throughput, occupancy, stall reasons) on the
 # synthetic 12B, once per line of $NCU_FILE (environment settings). Run on the device after
 # bench/cuda/h200_run.sh (reuses its build-dev and /tmp/models/g12b.gguf when present).
-set -u
-OUT=${OUT:-/tmp/gem-out}
-export PATH=/usr/local/cuda/bin:$PATH
-DEPS=$PWD/.device/deps
-export LD_LIBRARY_PATH=$DEPS/lib:${LD_LIBRARY_PATH:-}
-GEM=build-dev/bin/gem; M=/tmp/models
-[ -x $GEM ] || { echo "build-dev/bin/gem missing: run bench/cuda/h200_run.sh build first"; exit 1; }
+source bench/cuda/device_env.sh
 [ -f $M/g12b.gguf ] || $GEM synth --profile 12b -q -o $M/g12b.gguf
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 reasons="long_scoreboard short_scoreboard barrier membar mio_throttle lg_throttle wait sleeping math_pipe_throttle dispatch_stall not_selected selected no_instruction branch_resolving drain imc_miss tex_throttle"

@@ -5,15 +5,9 @@
 # settings) at depth $TRACE_DEPTH (default 0): each kernel's duration and the gap from the
 # previous kernel's end to its start, summarised by bench/cuda/trace_steps.py.
 # Run on the device after bench/cuda/h200_run.sh (reuses build-dev and /tmp/models).
-set -u
-OUT=${OUT:-/tmp/gem-out}
-export PATH=/usr/local/cuda/bin:$PATH
-DEPS=$PWD/.device/deps
-export LD_LIBRARY_PATH=$DEPS/lib:${LD_LIBRARY_PATH:-}
-GEM=build-dev/bin/gem; M=/tmp/models
+source bench/cuda/device_env.sh
 MODEL=${TRACE_MODEL:-12b}
 LIB=$PWD/.device/trace/libgem_kernel_trace.so
-[ -x $GEM ] || { echo "build-dev/bin/gem missing: run bench/cuda/h200_run.sh build first"; exit 1; }
 [ -f "$LIB" ] || { echo "$LIB missing: run bench/cuda/kernel_trace.sh here and carry .device/trace"; exit 1; }
 [ -f $M/g$MODEL.gguf ] || $GEM synth --profile $MODEL -q -o $M/g$MODEL.gguf
 n=0
