@@ -609,7 +609,10 @@ MatvecConfig matvec_config() {
     m.bulk_rows = env_int("GEM_CUDA_MV_BULK_R", m.bulk_rows, 1, 2);
     m.x_smem = env_flag("GEM_CUDA_MV_XSMEM", m.x_smem);
     m.q4_unroll = env_int("GEM_CUDA_MV_UNROLL", m.q4_unroll, 4, 8);
-    if (m.q4_unroll != 4 && m.q4_unroll != 8) m.q4_unroll = 4;
+    if (m.q4_unroll != 4 && m.q4_unroll != 8) {
+      std::fprintf(stderr, "gem: GEM_CUDA_MV_UNROLL=%d is not 4 or 8; using 4\n", m.q4_unroll);
+      m.q4_unroll = 4;
+    }
     m.bulk_min_copy = env_int("GEM_CUDA_MV_BULK_MIN_COPY", m.bulk_min_copy, 0, 1 << 30);
     return m;
   }();

@@ -322,7 +322,10 @@ int pdl_mode() {
   static const int mode = [] {
     const char* e = std::getenv("GEM_CUDA_PDL");
     if (e == nullptr || e[0] == '\0' || std::strcmp(e, "prefill") == 0) return 2;
-    return env_flag("GEM_CUDA_PDL", false) ? 1 : 0;
+    if (std::strcmp(e, "0") == 0) return 0;
+    if (std::strcmp(e, "1") == 0) return 1;
+    std::fprintf(stderr, "gem: GEM_CUDA_PDL=\"%s\" is not 0, 1 or prefill; using prefill\n", e);
+    return 2;
   }();
   return mode;
 }
