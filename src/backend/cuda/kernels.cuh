@@ -118,6 +118,39 @@ void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s);
 void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s);
 void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 
+// ---- L2 prefetch (ops.cu) ----
+// The decode step's weight products read their bytes once, from HBM, and the small kernels
+// between them (prologue, attention, merge, epilogues, q8: a third of a 12B step) leave HBM
+// idle. The backend fills those windows: after each product, on a side branch of the graph, it
+// asks L2 for the first rows of the next product(s) with bulk (TMA) prefetches, which need no
+// registers and no completion, so the next product starts with part of its bytes in L2.
+//
+// One product as the planner sees it: `rows` rows read together from up to four byte arrays
+// (the quants and the scales of one or two matrices), row_bytes[i] bytes of array i per row.
+struct PfProduct {
+  int64_t rows = 0;
+  int n_arrays = 0;
+  const uint8_t* base[4] = {};
+  int64_t row_bytes[4] = {};
+};
+struct L2Span {
+  const uint8_t* p = nullptr;
+  uint64_t bytes = 0;
+};
+constexpr int kMaxL2Spans = 8;
+struct L2Spans {
+  L2Span s[kMaxL2Spans];
+  int n = 0;
+};
+// The prefetch issued once product k of `seq` has finished (k = -1: before the first): whole
+// rows of products k+1 … k+ahead (ahead 1 or 2), from each one's cursor (rows already asked
+// for by an earlier window, advanced here) on, at most `budget` bytes in all.
+L2Spans plan_l2_prefetch(const PfProduct* seq, int n_products, int64_t* cursor, int k,
+                         int64_t budget, int ahead);
+// Issues the spans' prefetches (16-byte aligned parts; a span's last partial 16 bytes are
+// left out) and returns without waiting for them.
+void l2_prefetch(const L2Spans& spans, cudaStream_t s);
+
 // ---- matvec.cu ----
 // How the quantised products load their weights: L2 evict-first (every weight byte is read once
 // per step; GEM_CUDA_MV_EF=0 for the default policy), and an L2 prefetch of each warp's first
