@@ -166,9 +166,13 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
 // cuts every row of these widths into column parts, a one-slot ring of tiny chunks, and two rows
 // per consumer warp (the default ring, and a cut one with 3 warps so chunks end mid-pair); register
 // loads with the activations staged in shared memory, 4 and 8 blocks per lane and round.
-constexpr int kMatvecVariants = 10;
+constexpr int kMatvecVariants = 12;
+// Variants 10 and 11 also prefetch: the block's own rows, and (with_next) a "next product" of
+// ragged spans over the matrix's own bytes, issued by every block (10) or the last three (11).
 cuda::MatvecConfig matvec_variant(int v) {
   cuda::MatvecConfig c;
+  c.self_prefetch = v >= 10;
+  c.next_tail = v == 11 ? 3 : 0;
   c.evict_first = v != 1;
   c.early_prefetch = v == 2;
   c.bulk = v >= 3 && v <= 7;
@@ -344,15 +348,12 @@ TEST(CudaL2Prefetch, PlanCoversRowsOnceWithinBudget) {
   }
 }
 
-// The prefetch kernel runs on real allocations (a span's ragged end included) without a fault.
-TEST(CudaL2Prefetch, KernelRuns) {
-  REQUIRE_GPU();
-  Dev<uint8_t> buf(5 << 20);
-  cuda::L2Spans sp;
-  sp.s[sp.n++] = cuda::L2Span{buf.p, 3u << 20};
-  sp.s[sp.n++] = cuda::L2Span{buf.p + (3u << 20) + 48, (2u << 20) - 48 - 7};
-  cuda::l2_prefetch(sp, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+void with_next(cuda::MatvecConfig* c, const cuda::DevMatrix& m, int variant) {
+  if (variant < 10 || m.qs == nullptr) return;
+  const uint64_t qbytes = m.rows * m.cols / (m.type == cuda::WType::kQ8_0 ? 1 : 2);
+  c->next.s[c->next.n++] = cuda::L2Span{m.qs + 48, qbytes - 48 - 5};
+  c->next.s[c->next.n++] = cuda::L2Span{reinterpret_cast<const uint8_t*>(m.d),
+                                          static_cast<uint64_t>(m.rows * m.cols / 16)};
 }
 
 void check_matvec(DType type, int64_t rows, int64_t cols) {
@@ -372,7 +373,8 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
   for (int variant = 0; variant < (q8 ? kMatvecVariants : 1); ++variant) {
-    const cuda::MatvecConfig c = matvec_variant(variant);
+    cuda::MatvecConfig c = matvec_variant(variant);
+    with_next(&c, dw.m, variant);
     cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
     cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -442,7 +444,8 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
   for (int variant = 0; variant < kMatvecVariants; ++variant) {
-    const cuda::MatvecConfig c = matvec_variant(variant);
+    cuda::MatvecConfig c = matvec_variant(variant);
+    with_next(&c, du.m, variant);
     cudaMemset(dy.p, 0xff, F * sizeof(float));
     cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -85,7 +85,7 @@ class CudaBackend final : public Backend {
   int splits_for(const DevLayer& L, int n) const;
   void head_row(int row);
   void plan_prefetch();
-  void prefetch_after(int k);
+  cuda::MatvecConfig product_config(int k);
 
   const model::Model& model_;
   const model::Config& cfg_;
@@ -137,18 +137,14 @@ class CudaBackend final : public Backend {
 
   cudaGraphExec_t decode_graph_ = nullptr;
 
-  // L2 prefetches on a side branch of the decode graph (kernels.cuh, "L2 prefetch"): the step's
-  // products in order (per layer q|k|v, attn_output, gate|up, ffn_down; then the head), the
-  // rows already asked for while capturing, and the bytes per window (GEM_CUDA_L2PF_MB, 0: off)
-  // over how many products ahead (GEM_CUDA_L2PF_AHEAD).
+  // The decode products' L2 prefetches of the next product (kernels.cuh, "L2 prefetch"): the
+  // step's products in order (per layer q|k|v, attn_output, gate|up, ffn_down; then the head),
+  // the rows already asked for while capturing, and the bytes per product (GEM_CUDA_L2PF_MB,
+  // 0: off) over how many products ahead (GEM_CUDA_L2PF_AHEAD).
   std::vector<cuda::PfProduct> pf_seq_;
   std::vector<int64_t> pf_cursor_;
   int64_t pf_budget_ = 0;
   int pf_ahead_ = 1;
-  bool pf_forked_ = false;
-  cudaStream_t pf_stream_ = nullptr;
-  cudaEvent_t pf_fork_ = nullptr;
-  cudaEvent_t pf_join_ = nullptr;
 
   std::vector<float> logits_host_;  // [rows, V]
   int logits_rows_ = 0;
@@ -169,9 +165,6 @@ CudaBackend::~CudaBackend() {
   }
   if (step_host_) cudaFreeHost(step_host_);
   if (pinned_small_) cudaFreeHost(pinned_small_);
-  if (pf_fork_) cudaEventDestroy(pf_fork_);
-  if (pf_join_) cudaEventDestroy(pf_join_);
-  if (pf_stream_) cudaStreamDestroy(pf_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -516,24 +509,19 @@ void CudaBackend::plan_prefetch() {
     pf_seq_.push_back(pf_product(L.down));
   }
   pf_seq_.push_back(pf_product(embd_));
-  GEM_CUDA_CHECK(cudaStreamCreateWithFlags(&pf_stream_, cudaStreamNonBlocking));
-  GEM_CUDA_CHECK(cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming));
-  GEM_CUDA_CHECK(cudaEventCreateWithFlags(&pf_join_, cudaEventDisableTiming));
-  GEM_LOG_INFO("cuda: decode prefetches up to %lld MB into L2 after each product, %d ahead",
+  GEM_LOG_INFO("cuda: decode products prefetch up to %lld MB of the next into L2, %d ahead",
                static_cast<long long>(pf_budget_ >> 20), pf_ahead_);
 }
 
-// After the step's product k (-1: at the start), on the side stream: the next product's first
-// rows into L2 while the small kernels run. The side stream joins at the end of the step.
-void CudaBackend::prefetch_after(int k) {
-  if (pf_budget_ == 0) return;
-  const cuda::L2Spans spans = cuda::plan_l2_prefetch(
-      pf_seq_.data(), static_cast<int>(pf_seq_.size()), pf_cursor_.data(), k, pf_budget_, pf_ahead_);
-  if (spans.n == 0) return;
-  GEM_CUDA_CHECK(cudaEventRecord(pf_fork_, stream_));
-  GEM_CUDA_CHECK(cudaStreamWaitEvent(pf_stream_, pf_fork_, 0));
-  cuda::l2_prefetch(spans, pf_stream_);
-  pf_forked_ = true;
+// The configuration of the step's product k: with the prefetches on, its blocks ask L2 for the
+// next product's first rows once done (the small kernels in between leave HBM idle).
+cuda::MatvecConfig CudaBackend::product_config(int k) {
+  cuda::MatvecConfig c = cuda::matvec_config();
+  if (pf_budget_ > 0) {
+    c.next = cuda::plan_l2_prefetch(pf_seq_.data(), static_cast<int>(pf_seq_.size()),
+                                    pf_cursor_.data(), k, pf_budget_, pf_ahead_);
+  }
+  return c;
 }
 
 void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last) {
@@ -541,8 +529,9 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   const int pf0 = 4 * p.layer;  // this layer's products in pf_seq_
-  if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
-  prefetch_after(pf0);
+  if (!skip(cuda::kSkipQkv)) {
+    cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_, product_config(pf0));
+  }
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
   a.tile_in_cache = true;
@@ -562,23 +551,26 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
   }
-  if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
-  prefetch_after(pf0 + 1);
+  if (!skip(cuda::kSkipWo)) {
+    cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_, product_config(pf0 + 1));
+  }
   if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
+    if (!skip(cuda::kSkipGated)) {
+      cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_, product_config(pf0 + 2));
+    }
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
-    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
+    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_, product_config(pf0 + 2));
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
   }
-  prefetch_after(pf0 + 2);
   // A separate kernel: quantising g inside the gated product (last block of each 32-row group,
   // after a fence) measured 1 µs slower per layer on the H200 than this launch.
   if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
-  if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
-  prefetch_after(pf0 + 3);
+  if (!skip(cuda::kSkipDown)) {
+    cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_, product_config(pf0 + 3));
+  }
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   if (!skip(cuda::kSkipRes)) {
     cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
@@ -660,11 +652,7 @@ void log_graph(cudaGraph_t graph) {
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
   cuda::set_pdl_phase(n == 1);
-  if (n == 1) {
-    pf_cursor_.assign(pf_seq_.size(), 0);
-    pf_forked_ = false;
-    prefetch_after(-1);
-  }
+  if (n == 1) pf_cursor_.assign(pf_seq_.size(), 0);
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
                  stream_);
@@ -677,11 +665,6 @@ void CudaBackend::forward_tile(int n, bool want_head) {
     }
   }
   if (want_head) head_row(n - 1);
-  if (pf_forked_) {  // the side stream rejoins (a captured fork must)
-    GEM_CUDA_CHECK(cudaEventRecord(pf_join_, pf_stream_));
-    GEM_CUDA_CHECK(cudaStreamWaitEvent(stream_, pf_join_, 0));
-    pf_forked_ = false;
-  }
 }
 
 Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,

@@ -1,10 +1,8 @@
 // Element-wise and row-wise ops of the forward: embedding lookup, RMS norms fused with the
 // residual epilogues, the attention prologue (per-head norms, RoPE), KV-cache stores, q8
-// quantisation of activations, GELU gating, the soft-cap, and the L2 prefetches of the decode
-// products' weights.
+// quantisation of activations, GELU gating and the soft-cap.
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -299,26 +297,6 @@ int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 1
 
 
 
-// Bulk L2 prefetches of kL2Chunk bytes, one per thread and round.
-constexpr uint64_t kL2Chunk = 32768;
-__global__ void l2_prefetch_kernel(L2Spans spans) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint64_t tid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (int i = 0; i < spans.n; ++i) {
-    const uintptr_t p0 = reinterpret_cast<uintptr_t>(spans.s[i].p);
-    const uintptr_t begin = p0 & ~uintptr_t{15};
-    const uintptr_t end = (p0 + spans.s[i].bytes) & ~uintptr_t{15};
-    if (end <= begin) continue;
-    const uint64_t chunks = (end - begin + kL2Chunk - 1) / kL2Chunk;
-    for (uint64_t c = tid; c < chunks; c += stride) {
-      const uintptr_t a = begin + c * kL2Chunk;
-      const uint32_t size = static_cast<uint32_t>(end - a < kL2Chunk ? end - a : kL2Chunk);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(size) : "memory");
-    }
-  }
-#endif
-}
 }  // namespace
 
 bool env_flag(const char* name, bool fallback) {
@@ -425,35 +403,6 @@ void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s) {
 
 void softcap(float* x, int64_t count, float cap, cudaStream_t s) {
   launch(softcap_kernel, grid_for(count, 256), 256, 0, s, x, count, cap);
-  GEM_CUDA_LAUNCHED();
-}
-
-L2Spans plan_l2_prefetch(const PfProduct* seq, int n_products, int64_t* cursor, int k,
-                         int64_t budget, int ahead) {
-  L2Spans out;
-  for (int j = k + 1; j <= k + ahead && j < n_products && budget > 0; ++j) {
-    const PfProduct& p = seq[j];
-    int64_t per_row = 0;
-    for (int a = 0; a < p.n_arrays; ++a) per_row += p.row_bytes[a];
-    if (per_row <= 0 || out.n + p.n_arrays > kMaxL2Spans) break;
-    const int64_t r = std::min(p.rows - cursor[j], budget / per_row);
-    if (r <= 0) continue;
-    for (int a = 0; a < p.n_arrays; ++a) {
-      out.s[out.n++] = L2Span{p.base[a] + cursor[j] * p.row_bytes[a],
-                              static_cast<uint64_t>(r * p.row_bytes[a])};
-    }
-    cursor[j] += r;
-    budget -= r * per_row;
-  }
-  return out;
-}
-
-void l2_prefetch(const L2Spans& spans, cudaStream_t s) {
-  uint64_t chunks = 0;
-  for (int i = 0; i < spans.n; ++i) chunks += (spans.s[i].bytes + kL2Chunk - 1) / kL2Chunk;
-  if (chunks == 0) return;
-  const int blocks = static_cast<int>(std::min<uint64_t>((chunks + 255) / 256, 8));
-  l2_prefetch_kernel<<<blocks, 256, 0, s>>>(spans);
   GEM_CUDA_LAUNCHED();
 }
 
