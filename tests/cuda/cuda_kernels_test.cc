@@ -166,13 +166,9 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
 // cuts every row of these widths into column parts, a one-slot ring of tiny chunks, and two rows
 // per consumer warp (the default ring, and a cut one with 3 warps so chunks end mid-pair); register
 // loads with the activations staged in shared memory, 4 and 8 blocks per lane and round.
-constexpr int kMatvecVariants = 12;
-// Variants 10 and 11 also prefetch: the block's own rows, and (with_next) a "next product" of
-// ragged spans over the matrix's own bytes, issued by every block (10) or the last three (11).
+constexpr int kMatvecVariants = 10;
 cuda::MatvecConfig matvec_variant(int v) {
   cuda::MatvecConfig c;
-  c.self_prefetch = v >= 10;
-  c.next_tail = v == 11 ? 3 : 0;
   c.evict_first = v != 1;
   c.early_prefetch = v == 2;
   c.bulk = v >= 3 && v <= 7;
@@ -278,84 +274,6 @@ TEST(CudaMatvec, BulkPlanAvoidsSmallCopies) {
   EXPECT_EQ(cuda::bulk_plan(168, 16, 2, 8, 4, 36864, 2048, h200).shape.parts, 1);
 }
 
-// plan_l2_prefetch over random step plans: every window asks for whole rows of the next
-// `ahead` products only, within each array, at most `budget` bytes, never a row twice (the
-// cursors carry over), and a product whose remaining rows fit the budget is asked for whole
-// before it runs. Host only: no device needed.
-TEST(CudaL2Prefetch, PlanCoversRowsOnceWithinBudget) {
-  std::uniform_int_distribution<int> n_prod(1, 9), n_arr(1, 4), rows_d(1, 3000), rb_d(1, 40);
-  std::uniform_int_distribution<int64_t> budget_d(0, 400000);
-  const uint8_t* fake = reinterpret_cast<const uint8_t*>(uintptr_t{1} << 40);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int n = n_prod(rng());
-    std::vector<cuda::PfProduct> seq(n);
-    int64_t next = 0;
-    for (cuda::PfProduct& p : seq) {
-      p.rows = rows_d(rng());
-      p.n_arrays = n_arr(rng());
-      for (int a = 0; a < p.n_arrays; ++a) {
-        p.row_bytes[a] = 16 * rb_d(rng());
-        p.base[a] = fake + next;
-        next += p.rows * p.row_bytes[a] + 4096;
-      }
-    }
-    const int64_t budget = budget_d(rng());
-    const int ahead = trial % 2 + 1;
-    std::vector<int64_t> cursor(n, 0);
-    std::vector<std::vector<int>> seen(n);
-    for (int j = 0; j < n; ++j) seen[j].assign(seq[j].rows, 0);
-    for (int k = -1; k < n; ++k) {
-      const cuda::L2Spans sp = cuda::plan_l2_prefetch(seq.data(), n, cursor.data(), k, budget, ahead);
-      uint64_t total = 0;
-      for (int i = 0; i < sp.n; ++i) {
-        // Find the array the span lies in.
-        int pj = -1, pa = -1;
-        for (int j = 0; j < n; ++j) {
-          for (int a = 0; a < seq[j].n_arrays; ++a) {
-            const uint8_t* b = seq[j].base[a];
-            if (sp.s[i].p >= b && sp.s[i].p < b + seq[j].rows * seq[j].row_bytes[a]) pj = j, pa = a;
-          }
-        }
-        ASSERT_GE(pj, 0) << "span outside every array, trial " << trial;
-        EXPECT_GT(pj, k) << "trial " << trial;
-        EXPECT_LE(pj, k + ahead) << "trial " << trial;
-        const int64_t rb = seq[pj].row_bytes[pa];
-        const int64_t off = sp.s[i].p - seq[pj].base[pa];
-        ASSERT_EQ(off % rb, 0);
-        ASSERT_EQ(static_cast<int64_t>(sp.s[i].bytes) % rb, 0);
-        const int64_t r0 = off / rb, r1 = r0 + static_cast<int64_t>(sp.s[i].bytes) / rb;
-        ASSERT_LE(r1, seq[pj].rows);
-        if (pa == 0) {
-          for (int64_t r = r0; r < r1; ++r) {
-            EXPECT_EQ(seen[pj][r]++, 0) << "row asked twice";
-          }
-        }
-        total += sp.s[i].bytes;
-      }
-      EXPECT_LE(static_cast<int64_t>(total), budget) << "trial " << trial;
-      if (k + 1 < n) {
-        int64_t per_row = 0;
-        for (int a = 0; a < seq[k + 1].n_arrays; ++a) per_row += seq[k + 1].row_bytes[a];
-        if (budget >= seq[k + 1].rows * per_row) {
-          EXPECT_EQ(cursor[k + 1], seq[k + 1].rows);
-        }
-        // The rows asked for so far are the product's first ones.
-        for (int64_t r = 0; r < seq[k + 1].rows; ++r) {
-          EXPECT_EQ(seen[k + 1][r], r < cursor[k + 1] ? 1 : 0);
-        }
-      }
-    }
-  }
-}
-
-void with_next(cuda::MatvecConfig* c, const cuda::DevMatrix& m, int variant) {
-  if (variant < 10 || m.qs == nullptr) return;
-  const uint64_t qbytes = m.rows * m.cols / (m.type == cuda::WType::kQ8_0 ? 1 : 2);
-  c->next.s[c->next.n++] = cuda::L2Span{m.qs + 48, qbytes - 48 - 5};
-  c->next.s[c->next.n++] = cuda::L2Span{reinterpret_cast<const uint8_t*>(m.d),
-                                          static_cast<uint64_t>(m.rows * m.cols / 16)};
-}
-
 void check_matvec(DType type, int64_t rows, int64_t cols) {
   const std::vector<uint8_t> raw =
       type == DType::kQ6_K ? random_q6k(rows, cols) : random_blocks(type, rows, cols);
@@ -373,8 +291,7 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
   for (int variant = 0; variant < (q8 ? kMatvecVariants : 1); ++variant) {
-    cuda::MatvecConfig c = matvec_variant(variant);
-    with_next(&c, dw.m, variant);
+    const cuda::MatvecConfig c = matvec_variant(variant);
     cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
     cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -444,8 +361,7 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
   for (int variant = 0; variant < kMatvecVariants; ++variant) {
-    cuda::MatvecConfig c = matvec_variant(variant);
-    with_next(&c, du.m, variant);
+    const cuda::MatvecConfig c = matvec_variant(variant);
     cudaMemset(dy.p, 0xff, F * sizeof(float));
     cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

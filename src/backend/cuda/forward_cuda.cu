@@ -84,8 +84,6 @@ class CudaBackend final : public Backend {
                  float* y);
   int splits_for(const DevLayer& L, int n) const;
   void head_row(int row);
-  void plan_prefetch();
-  cuda::MatvecConfig product_config(int k);
 
   const model::Model& model_;
   const model::Config& cfg_;
@@ -136,15 +134,6 @@ class CudaBackend final : public Backend {
   int32_t* pinned_small_ = nullptr;  // pinned: [0] sampled id, [1..256] history
 
   cudaGraphExec_t decode_graph_ = nullptr;
-
-  // The decode products' L2 prefetches of the next product (kernels.cuh, "L2 prefetch"): the
-  // step's products in order (per layer q|k|v, attn_output, gate|up, ffn_down; then the head),
-  // the rows already asked for while capturing, and the bytes per product (GEM_CUDA_L2PF_MB,
-  // 0: off) over how many products ahead (GEM_CUDA_L2PF_AHEAD).
-  std::vector<cuda::PfProduct> pf_seq_;
-  std::vector<int64_t> pf_cursor_;
-  int64_t pf_budget_ = 0;
-  int pf_ahead_ = 1;
 
   std::vector<float> logits_host_;  // [rows, V]
   int logits_rows_ = 0;
@@ -454,7 +443,6 @@ Status CudaBackend::init() {
   GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions",
                static_cast<double>(weight_bytes_) / 1e9, timer.seconds(),
                std::string(model::kv_type_name(opt_.kv_type)).c_str(), opt_.n_ctx);
-  plan_prefetch();
   return ok_status();
 }
 
@@ -478,60 +466,11 @@ void CudaBackend::gemm(const DevMatrix& w, const __half* x16, int n, float* y) {
   gemm_rows(w16_, w.rows, w.cols, x16, n, y);
 }
 
-// One matrix (or the two of gate|up, read row by row together) as the L2 prefetcher sees it.
-cuda::PfProduct pf_product(const DevMatrix& a, const DevMatrix* b = nullptr) {
-  cuda::PfProduct p;
-  p.rows = a.rows;
-  for (const DevMatrix* m : {&a, b}) {
-    if (m == nullptr) continue;
-    if (m->type == WType::kQ4_0 || m->type == WType::kQ8_0) {
-      const int64_t nb = m->cols / 32;
-      p.base[p.n_arrays] = m->qs;
-      p.row_bytes[p.n_arrays++] = nb * (m->type == WType::kQ8_0 ? 32 : 16);
-      p.base[p.n_arrays] = reinterpret_cast<const uint8_t*>(m->d);
-      p.row_bytes[p.n_arrays++] = nb * static_cast<int64_t>(sizeof(__half));
-    } else {
-      p.base[p.n_arrays] = m->raw;
-      p.row_bytes[p.n_arrays++] = m->type == WType::kF32 ? m->cols * 4 : m->cols / 256 * 210;
-    }
-  }
-  return p;
-}
-
-void CudaBackend::plan_prefetch() {
-  pf_budget_ = static_cast<int64_t>(cuda::env_int("GEM_CUDA_L2PF_MB", 0, 0, 256)) << 20;
-  pf_ahead_ = cuda::env_int("GEM_CUDA_L2PF_AHEAD", 1, 1, 2);
-  if (pf_budget_ == 0) return;
-  for (const DevLayer& L : layers_) {
-    pf_seq_.push_back(pf_product(L.qkv));
-    pf_seq_.push_back(pf_product(L.wo));
-    pf_seq_.push_back(pf_product(L.gate, &L.up));
-    pf_seq_.push_back(pf_product(L.down));
-  }
-  pf_seq_.push_back(pf_product(embd_));
-  GEM_LOG_INFO("cuda: decode products prefetch up to %lld MB of the next into L2, %d ahead",
-               static_cast<long long>(pf_budget_ >> 20), pf_ahead_);
-}
-
-// The configuration of the step's product k: with the prefetches on, its blocks ask L2 for the
-// next product's first rows once done (the small kernels in between leave HBM idle).
-cuda::MatvecConfig CudaBackend::product_config(int k) {
-  cuda::MatvecConfig c = cuda::matvec_config();
-  if (pf_budget_ > 0) {
-    c.next = cuda::plan_l2_prefetch(pf_seq_.data(), static_cast<int>(pf_seq_.size()),
-                                    pf_cursor_.data(), k, pf_budget_, pf_ahead_);
-  }
-  return c;
-}
-
 void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last) {
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  const int pf0 = 4 * p.layer;  // this layer's products in pf_seq_
-  if (!skip(cuda::kSkipQkv)) {
-    cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_, product_config(pf0));
-  }
+  if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, L.n_splits_decode, sp, part_, att_, attq_};
   a.tile_in_cache = true;
@@ -551,26 +490,20 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
   }
-  if (!skip(cuda::kSkipWo)) {
-    cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_, product_config(pf0 + 1));
-  }
+  if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
   if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    if (!skip(cuda::kSkipGated)) {
-      cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_, product_config(pf0 + 2));
-    }
+    if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
-    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_, product_config(pf0 + 2));
+    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
   }
   // A separate kernel: quantising g inside the gated product (last block of each 32-row group,
   // after a fence) measured 1 µs slower per layer on the H200 than this launch.
   if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
-  if (!skip(cuda::kSkipDown)) {
-    cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_, product_config(pf0 + 3));
-  }
+  if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   if (!skip(cuda::kSkipRes)) {
     cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
@@ -652,7 +585,6 @@ void log_graph(cudaGraph_t graph) {
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
   cuda::set_pdl_phase(n == 1);
-  if (n == 1) pf_cursor_.assign(pf_seq_.size(), 0);
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
                  stream_);

@@ -118,38 +118,6 @@ void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s);
 void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s);
 void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 
-// ---- L2 prefetch (matvec.cu) ----
-// The decode step's weight products read their bytes once, from HBM, and the small kernels
-// between them (prologue, attention, merge, epilogues, q8: a third of a 12B step) leave HBM
-// idle. A product can ask L2 for the first rows of the product after it once its blocks are
-// done (MatvecConfig::next), with bulk (TMA) prefetches that need no registers, so that the next
-// product starts with part of its bytes in L2. (A separate prefetch kernel on a side branch of
-// the graph measured far slower, run 9: a few blocks' prefetches take 40-70 µs, and the branch
-// made every launch gap of the step 0.3 µs longer.)
-//
-// One product as the planner sees it: `rows` rows read together from up to four byte arrays
-// (the quants and the scales of one or two matrices), row_bytes[i] bytes of array i per row.
-struct PfProduct {
-  int64_t rows = 0;
-  int n_arrays = 0;
-  const uint8_t* base[4] = {};
-  int64_t row_bytes[4] = {};
-};
-struct L2Span {
-  const uint8_t* p = nullptr;
-  uint64_t bytes = 0;
-};
-constexpr int kMaxL2Spans = 8;
-struct L2Spans {
-  L2Span s[kMaxL2Spans];
-  int n = 0;
-};
-// The prefetch issued once product k of `seq` has finished: whole rows of products k+1 …
-// k+ahead (ahead 1 or 2), from each one's cursor (rows already asked for by an earlier window,
-// advanced here) on, at most `budget` bytes in all.
-L2Spans plan_l2_prefetch(const PfProduct* seq, int n_products, int64_t* cursor, int k,
-                         int64_t budget, int ahead);
-
 // ---- matvec.cu ----
 // How the quantised products load their weights: L2 evict-first (every weight byte is read once
 // per step; GEM_CUDA_MV_EF=0 for the default policy), and an L2 prefetch of each warp's first
@@ -166,16 +134,9 @@ L2Spans plan_l2_prefetch(const PfProduct* seq, int n_products, int64_t* cursor, 
 // product loads half as many per matrix). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL. Off: measured
 // slower on the H200 (run 8: 12B 291.9 vs 317.5 tok/s; the per-block staging costs more than
 // the extra resident warps give).
-// self_prefetch: each block first asks L2 for all of its rows with bulk prefetches (more bytes
-// in flight than its warps' register loads), GEM_CUDA_MV_SELFPF. next: bytes the blocks ask L2
-// for once done (the next product's first rows; the backend fills it, GEM_CUDA_L2PF_MB), spread
-// over the last next_tail blocks of the grid (0: all), GEM_CUDA_L2PF_TAIL.
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
-  bool self_prefetch = false;
-  L2Spans next;
-  int next_tail = 0;
   bool x_smem = false;
   int q4_unroll = 4;
   bool bulk = false;

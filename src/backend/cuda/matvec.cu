@@ -218,57 +218,6 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const* qs, const __
   }
 }
 
-// Bulk L2 prefetches of [p, p + bytes) (16-byte aligned parts; a ragged last 16 bytes are left
-// out), lane i of a warp issuing chunks i, i + 32, … of kL2Chunk bytes. No completion to wait
-// for: the bytes land in L2 while the warp goes on.
-constexpr uint64_t kL2Chunk = 8192;
-__device__ __forceinline__ void l2_prefetch_range(const uint8_t* p, uint64_t bytes, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15};
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t{15};
-  for (uintptr_t a = begin + lane * kL2Chunk; a < end; a += 32 * kL2Chunk) {
-    const uint32_t size = static_cast<uint32_t>(end - a < kL2Chunk ? end - a : kL2Chunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(size) : "memory");
-  }
-#endif
-}
-
-// The block's own rows (all kMats matrices, quants and scales), asked of L2 by warp 0.
-template <bool kQ8, int kMats>
-__device__ __forceinline__ void prefetch_block_rows(const uint8_t* const* qs, const __half* const* d,
-                                                    int64_t rows, int nb, int64_t rows_per_block) {
-  if (threadIdx.x >= 32 || blockIdx.y != 0) return;
-  const int64_t r0 = blockIdx.x * rows_per_block;
-  const int64_t nr = rows - r0 < rows_per_block ? rows - r0 : rows_per_block;
-  const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
-#pragma unroll
-  for (int m = 0; m < kMats; ++m) {
-    l2_prefetch_range(qs[m] + r0 * row_bytes, nr * row_bytes, threadIdx.x);
-    l2_prefetch_range(reinterpret_cast<const uint8_t*>(d[m] + r0 * nb), nr * nb * 2, threadIdx.x);
-  }
-}
-
-// MatvecConfig::next: the issuing blocks (the last next_tail, or all) split its bytes evenly;
-// warp 0 of each issues its share once the block's rows are written.
-__device__ __forceinline__ void prefetch_next(const MatvecConfig& mc) {
-  if (mc.next.n == 0 || threadIdx.x >= 32 || blockIdx.y != 0) return;
-  const unsigned issuers =
-      mc.next_tail > 0 && static_cast<unsigned>(mc.next_tail) < gridDim.x ? mc.next_tail : gridDim.x;
-  if (blockIdx.x < gridDim.x - issuers) return;
-  const uint64_t j = blockIdx.x - (gridDim.x - issuers);
-  uint64_t total = 0;
-  for (int i = 0; i < mc.next.n; ++i) total += mc.next.s[i].bytes;
-  const uint64_t per = ((total + issuers - 1) / issuers + 15) & ~uint64_t{15};
-  const uint64_t lo = j * per, hi = lo + per < total ? lo + per : total;
-  uint64_t off = 0;
-  for (int i = 0; i < mc.next.n; ++i) {
-    const uint64_t b = mc.next.s[i].bytes;
-    const uint64_t a0 = lo > off ? lo : off, a1 = hi < off + b ? hi : off + b;
-    if (a0 < a1) l2_prefetch_range(mc.next.s[i].p + (a0 - off), a1 - a0, threadIdx.x);
-    off += b;
-  }
-}
-
 // The token's activations: staged in dynamic shared memory (kXS; after pdl_wait, before any
 // warp leaves) or read from global memory.
 template <bool kXS>
@@ -296,7 +245,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[1] = {qs};
   const __half* dd[1] = {d};
-  if (mc.self_prefetch) prefetch_block_rows<kQ8, 1>(q, dd, rows, nb, kQWarps * kRows);
   if (mc.early_prefetch && row0 < rows) {
     prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
@@ -313,7 +261,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
       y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
     }
   }
-  prefetch_next(mc);
 }
 
 // kRows output rows per warp: gelu_tanh(gate·x)·(up·x).
@@ -329,7 +276,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[2] = {gq, uq};
   const __half* dd[2] = {gd, ud};
-  if (mc.self_prefetch) prefetch_block_rows<false, 2>(q, dd, rows, nb, kQWarps * kRows);
   if (mc.early_prefetch && row0 < rows) {
     prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
@@ -346,7 +292,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
       g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
     }
   }
-  prefetch_next(mc);
 }
 
 // ---- Products that stream their weights through shared memory (cp.async.bulk) ----
@@ -657,8 +602,6 @@ MatvecConfig matvec_config() {
     MatvecConfig m;
     m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
     m.early_prefetch = pdl_in_decode();
-    m.self_prefetch = env_flag("GEM_CUDA_MV_SELFPF", false);
-    m.next_tail = env_int("GEM_CUDA_L2PF_TAIL", 0, 0, 1 << 20);
     m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
@@ -858,26 +801,6 @@ void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaSt
   launch(dequant_f16_kernel, static_cast<unsigned>(blocks < 8192 ? blocks : 8192), 256, 0, s, w, r0,
          nr, out);
   GEM_CUDA_LAUNCHED();
-}
-
-L2Spans plan_l2_prefetch(const PfProduct* seq, int n_products, int64_t* cursor, int k,
-                         int64_t budget, int ahead) {
-  L2Spans out;
-  for (int j = k + 1; j <= k + ahead && j < n_products && budget > 0; ++j) {
-    const PfProduct& p = seq[j];
-    int64_t per_row = 0;
-    for (int a = 0; a < p.n_arrays; ++a) per_row += p.row_bytes[a];
-    if (per_row <= 0 || out.n + p.n_arrays > kMaxL2Spans) break;
-    const int64_t r = std::min(p.rows - cursor[j], budget / per_row);
-    if (r <= 0) continue;
-    for (int a = 0; a < p.n_arrays; ++a) {
-      out.s[out.n++] = L2Span{p.base[a] + cursor[j] * p.row_bytes[a],
-                              static_cast<uint64_t>(r * p.row_bytes[a])};
-    }
-    cursor[j] += r;
-    budget -= r * per_row;
-  }
-  return out;
 }
 
 }  // namespace gem::cuda

@@ -296,7 +296,6 @@ int grid_for(int64_t count, int threads) {
 int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 128); }
 
 
-
 }  // namespace
 
 bool env_flag(const char* name, bool fallback) {
