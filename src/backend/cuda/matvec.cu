@@ -130,11 +130,14 @@ __device__ __forceinline__ XSrc stage_x(const int8_t* xq, const float2* xds, int
 // each, starting at row0 (clamped to rows − 1 for loading), activations x. With kXS the
 // activations come from shared memory when used instead of being loaded into registers with the
 // weights: the registers of a round hold weights only, so more warps fit per SM.
+// A round loads its weights before its activations; with wait_first, pdl_wait() comes between
+// the two in the first round (and after the loop for a lane with no block), so under PDL a
+// product's first weights are in flight, into registers, while the previous kernel finishes.
 template <bool kQ8, int kMats, int kRows, int kUnroll, bool kXS = false>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
-                                                const XSrc& x, int lane,
-                                                uint64_t pol, float (&acc)[kMats][kRows]) {
+                                                const XSrc& x, int lane, uint64_t pol,
+                                                bool wait_first, float (&acc)[kMats][kRows]) {
   const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
   const uint8_t* wrow[kMats][kRows];
   const __half* drow[kMats][kRows];
@@ -156,11 +159,6 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
     for (int u = 0; u < kUnroll; ++u) {
       const int b = b0 + 32 * u;
       if (b < nb) {
-        if constexpr (!kXS) {
-          x0[u] = __ldg(x.x4 + 2 * b);
-          x1[u] = __ldg(x.x4 + 2 * b + 1);
-          s[u] = __ldg(x.ds + b);
-        }
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -168,6 +166,21 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
             w[u][m][r] = load_wblock<kQ8>(wrow[m][r], b, pol);
             dw[u][m][r] = ld_scale(drow[m][r] + b, pol);
           }
+        }
+      }
+    }
+    if (wait_first) {
+      pdl_wait();
+      wait_first = false;
+    }
+    if constexpr (!kXS) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int b = b0 + 32 * u;
+        if (b < nb) {
+          x0[u] = __ldg(x.x4 + 2 * b);
+          x1[u] = __ldg(x.x4 + 2 * b + 1);
+          s[u] = __ldg(x.ds + b);
         }
       }
     }
@@ -189,6 +202,7 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
       }
     }
   }
+  if (wait_first) pdl_wait();
 }
 
 // Asks L2 for the weights accumulate_rows reads in its first round (kUnroll blocks per lane and
@@ -248,12 +262,13 @@ __global__ void __launch_bounds__(kQWarps * 32)
   if (mc.early_prefetch && row0 < rows) {
     prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
-  pdl_wait();
+  // Staged activations wait first; register ones after the first round's weight loads.
+  if constexpr (kXS) pdl_wait();
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
   float acc[1][kRows] = {};
   accumulate_rows<kQ8, 1, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
-                                               weight_policy(mc.evict_first), acc);
+                                               weight_policy(mc.evict_first), !kXS, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float v = warp_sum(acc[0][r]);
@@ -279,12 +294,12 @@ __global__ void __launch_bounds__(kQWarps * 32)
   if (mc.early_prefetch && row0 < rows) {
     prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
-  pdl_wait();
+  if constexpr (kXS) pdl_wait();
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
   float acc[2][kRows] = {};
   accumulate_rows<false, 2, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
-                                                 weight_policy(mc.evict_first), acc);
+                                                 weight_policy(mc.evict_first), !kXS, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
@@ -601,7 +616,7 @@ MatvecConfig matvec_config() {
   static const MatvecConfig c = [] {
     MatvecConfig m;
     m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
-    m.early_prefetch = pdl_in_decode();
+    m.early_prefetch = env_flag("GEM_CUDA_MV_EARLY_PF", pdl_in_decode());
     m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
