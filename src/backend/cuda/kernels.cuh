@@ -137,6 +137,7 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 struct MatvecConfig {
   bool evict_first = true;
   bool early_prefetch = false;
+  bool preload = true;  // first round's weights before pdl_wait (GEM_CUDA_MV_PRELOAD)
   bool x_smem = false;
   int q4_unroll = 4;
   bool bulk = false;

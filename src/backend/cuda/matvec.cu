@@ -263,12 +263,13 @@ __global__ void __launch_bounds__(kQWarps * 32)
     prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
   // Staged activations wait first; register ones after the first round's weight loads.
-  if constexpr (kXS) pdl_wait();
+  const bool preload = mc.preload && !kXS;
+  if (!preload) pdl_wait();
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
   float acc[1][kRows] = {};
   accumulate_rows<kQ8, 1, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
-                                               weight_policy(mc.evict_first), !kXS, acc);
+                                               weight_policy(mc.evict_first), preload, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float v = warp_sum(acc[0][r]);
@@ -294,12 +295,13 @@ __global__ void __launch_bounds__(kQWarps * 32)
   if (mc.early_prefetch && row0 < rows) {
     prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
   }
-  if constexpr (kXS) pdl_wait();
+  const bool preload = mc.preload && !kXS;
+  if (!preload) pdl_wait();
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
   float acc[2][kRows] = {};
   accumulate_rows<false, 2, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
-                                                 weight_policy(mc.evict_first), !kXS, acc);
+                                                 weight_policy(mc.evict_first), preload, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
@@ -617,6 +619,7 @@ MatvecConfig matvec_config() {
     MatvecConfig m;
     m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
     m.early_prefetch = env_flag("GEM_CUDA_MV_EARLY_PF", pdl_in_decode());
+    m.preload = env_flag("GEM_CUDA_MV_PRELOAD", true);
     m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
     m.bulk_slots = env_int("GEM_CUDA_MV_BULK_SLOTS", m.bulk_slots, 1, 16);
