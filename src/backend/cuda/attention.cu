@@ -518,7 +518,8 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
 #pragma unroll
     for (int u = 0; u < kQLoads; ++u) {
       const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
-      v[u] = row < r ? __ldg(reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D) + c4)
+      // A plain load (the prologue wrote q; a non-coherent one may be hoisted above pdl_wait).
+      v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll

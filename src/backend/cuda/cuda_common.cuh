@@ -46,13 +46,12 @@ bool env_flag(const char* name, bool fallback);
 // [lo, hi] is reported on stderr and replaced by `fallback`.
 int env_int(const char* name, int fallback, int lo, int hi);
 
-// Whether launches carry the PDL attribute. GEM_CUDA_PDL=prefill (the default): the launches
-// of multi-token tiles only (run 8, same call: 12B pp4096 11,276 vs 10,936 tok/s, 31B 4,639 vs
-// 4,572; decode unchanged); =1: every launch (decode with the register products measured 1-2 %
-// slower with it); =0: none. The backend says which kind of work it is launching with
-// set_pdl_phase().
+// Whether launches carry the PDL attribute. GEM_CUDA_PDL=1 (the default): every launch; a
+// decode product then loads its first weights while the previous kernel finishes (run 9, same
+// call: 12B 344.7 vs 308.8 tok/s, 31B 156.3 vs 146.4); =prefill: multi-token tiles only (run 8:
+// 12B pp4096 11,276 vs 10,936 tok/s without PDL); =0: none. The backend says which kind of
+// work it is launching with set_pdl_phase().
 bool pdl_enabled();
-bool pdl_in_decode();  // whether decode launches carry it (GEM_CUDA_PDL=1)
 void set_pdl_phase(bool decode);
 
 // Launches `kernel` on `s`, with the PDL attribute when pdl_enabled().

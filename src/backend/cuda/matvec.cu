@@ -174,13 +174,16 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
       wait_first = false;
     }
     if constexpr (!kXS) {
+      // Plain loads, not __ldg: the previous kernel writes x, and a non-coherent load counts as
+      // read-only memory, which the compiler may hoist above pdl_wait (run 9: it did, and decode
+      // went wrong on the tiny fixtures under PDL).
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int b = b0 + 32 * u;
         if (b < nb) {
-          x0[u] = __ldg(x.x4 + 2 * b);
-          x1[u] = __ldg(x.x4 + 2 * b + 1);
-          s[u] = __ldg(x.ds + b);
+          x0[u] = x.x4[2 * b];
+          x1[u] = x.x4[2 * b + 1];
+          s[u] = x.ds[b];
         }
       }
     }
@@ -618,7 +621,7 @@ MatvecConfig matvec_config() {
   static const MatvecConfig c = [] {
     MatvecConfig m;
     m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
-    m.early_prefetch = env_flag("GEM_CUDA_MV_EARLY_PF", pdl_in_decode());
+    m.early_prefetch = env_flag("GEM_CUDA_MV_EARLY_PF", false);
     m.preload = env_flag("GEM_CUDA_MV_PRELOAD", true);
     m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);

@@ -93,7 +93,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
 // reductions: it runs once or twice per layer in decode, on one block, and its latency is the
 // step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0).
 template <int kPer>
-__global__ void residual_kernel(float* x, const float* __restrict__ a,
+__global__ void residual_kernel(float* x, const float* a,
                                 const float* __restrict__ w_post, const float* out_scale,
                                 const float* __restrict__ w_next, int cols, float eps,
                                 float* __restrict__ h, Q8Act hq) {
@@ -317,15 +317,15 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 }
 
 namespace {
-// 0: off, 1: every launch, 2: multi-token tiles only (the default).
+// 0: off, 1: every launch (the default), 2: multi-token tiles only.
 int pdl_mode() {
   static const int mode = [] {
     const char* e = std::getenv("GEM_CUDA_PDL");
-    if (e == nullptr || e[0] == '\0' || std::strcmp(e, "prefill") == 0) return 2;
+    if (e == nullptr || e[0] == '\0' || std::strcmp(e, "1") == 0) return 1;
     if (std::strcmp(e, "0") == 0) return 0;
-    if (std::strcmp(e, "1") == 0) return 1;
-    std::fprintf(stderr, "gem: GEM_CUDA_PDL=\"%s\" is not 0, 1 or prefill; using prefill\n", e);
-    return 2;
+    if (std::strcmp(e, "prefill") == 0) return 2;
+    std::fprintf(stderr, "gem: GEM_CUDA_PDL=\"%s\" is not 0, 1 or prefill; using 1\n", e);
+    return 1;
   }();
   return mode;
 }
@@ -336,7 +336,6 @@ bool pdl_enabled() {
   const int mode = pdl_mode();
   return mode == 1 || (mode == 2 && !pdl_decode_phase);
 }
-bool pdl_in_decode() { return pdl_mode() == 1; }
 void set_pdl_phase(bool decode) { pdl_decode_phase = decode; }
 
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
