@@ -190,6 +190,39 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
+// Decode graphs per bucket of positions (GEM_CUDA_DECODE_BUCKETS, first bucket 32 keys): the
+// 110-token prompt decoded token by token crosses buckets of 32, 64 and 128 keys, each with its
+// own split count on the full-attention layers, and every position's logits match the one-tile
+// prompt's. A second pass after reset() reuses the captured graphs.
+TEST(CudaBackend, DecodeBucketsMatchOneTile) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  setenv("GEM_CUDA_DECODE_BUCKETS", "1", 1);
+  setenv("GEM_CUDA_DECODE_BUCKET_MIN", "32", 1);
+  Pair a = make_pair(path, model::KvType::kF16, 256, 256);
+  unsetenv("GEM_CUDA_DECODE_BUCKETS");
+  unsetenv("GEM_CUDA_DECODE_BUCKET_MIN");
+  ASSERT_TRUE(a.gpu);
+  const auto tokens = prompt_tokens("long");
+  ASSERT_GT(tokens.size(), 64u);
+  ASSERT_TRUE(a.gpu->eval(tokens, true).ok());
+  std::vector<std::vector<float>> rows;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const auto l = a.gpu->logits(static_cast<int>(r));
+    rows.emplace_back(l.begin(), l.end());
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    a.gpu->reset();
+    for (size_t r = 0; r < tokens.size(); ++r) {
+      const int32_t one[] = {tokens[r]};
+      ASSERT_TRUE(a.gpu->eval(one, false).ok());
+      expect_rows_close(a.gpu->logits(), rows[r],
+                        "pass " + std::to_string(pass) + " position " + std::to_string(r));
+    }
+  }
+}
+
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");
