@@ -26,8 +26,11 @@ namespace gem::cuda {
 // Programmatic dependent launch (PDL). Every kernel of this folder that `launch` starts calls
 // pdl_wait() before it reads anything an earlier kernel wrote or writes anything at all, and
 // pdl_trigger() early, so that the next kernel of the stream is launched while this one runs:
-// its blocks take the slots this grid frees and do their independent prologue (weight
-// prefetches) before their own pdl_wait(). Without the launch attribute both are no-ops.
+// its blocks take the slots this grid frees and do their independent prologue (weight loads)
+// before their own pdl_wait(). Without the launch attribute both are no-ops. What an earlier
+// kernel wrote is read with plain loads, never __ldg or a const __restrict__ pointer: the
+// compiler treats a non-coherent load as reading read-only memory and may hoist it above
+// pdl_wait() (run 9: wrong decode on the tiny fixtures).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -122,9 +122,8 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // How the quantised products load their weights: L2 evict-first (every weight byte is read once
 // per step; GEM_CUDA_MV_EF=0 for the default policy); preload: the first round's weights into
 // registers before pdl_wait, its activations after (under PDL a product's first bytes are in
-// flight while the previous kernel finishes; GEM_CUDA_MV_PRELOAD=0 waits first); early_prefetch:
-// an L2 prefetch of the first round before pdl_wait instead (GEM_CUDA_MV_EARLY_PF=1; measured
-// slower with the preload, run 9: 12B 310.8 vs 344.7 tok/s).
+// flight while the previous kernel finishes; GEM_CUDA_MV_PRELOAD=0 waits first). (An L2
+// prefetch of the first round before pdl_wait, the form before it, measured slower: run 9.)
 // bulk: stream the weights through shared memory with cp.async.bulk (matvec.cu) instead of
 // register loads: bulk_warps consumer warps per block (bulk_rows consecutive rows each per chunk)
 // and a producer warp, a ring of bulk_slots chunks (bulk_plan). GEM_CUDA_MV_BULK,
@@ -139,7 +138,6 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // the extra resident warps give).
 struct MatvecConfig {
   bool evict_first = true;
-  bool early_prefetch = false;
   bool preload = true;  // first round's weights before pdl_wait (GEM_CUDA_MV_PRELOAD)
   bool x_smem = false;
   int q4_unroll = 4;

@@ -208,33 +208,6 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
   if (wait_first) pdl_wait();
 }
 
-// Asks L2 for the weights accumulate_rows reads in its first round (kUnroll blocks per lane and
-// row, with their scales). Weights never depend on an earlier kernel, so this runs before
-// pdl_wait(): the bytes stream in while the previous kernel finishes.
-template <bool kQ8, int kMats, int kRows, int kUnroll>
-__device__ __forceinline__ void prefetch_rows(const uint8_t* const* qs, const __half* const* d,
-                                              int64_t rows, int nb, int64_t row0, int lane) {
-  const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
-#pragma unroll
-  for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row0 + r < rows ? row0 + r : rows - 1;
-      const uint8_t* wrow = qs[m] + row * row_bytes;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int b = lane + 32 * u;
-        if (b < nb) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + b * (kQ8 ? 32 : 16)));
-        }
-      }
-      if (lane * 64 < nb) {  // the row's scales: 2 bytes per block, one 128-byte line per lane
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(d[m] + row * nb + lane * 64));
-      }
-    }
-  }
-}
-
 // The token's activations: staged in dynamic shared memory (kXS; after pdl_wait, before any
 // warp leaves) or read from global memory.
 template <bool kXS>
@@ -262,9 +235,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[1] = {qs};
   const __half* dd[1] = {d};
-  if (mc.early_prefetch && row0 < rows) {
-    prefetch_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
-  }
   // Staged activations wait first; register ones after the first round's weight loads.
   const bool preload = mc.preload && !kXS;
   if (!preload) pdl_wait();
@@ -295,9 +265,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const int t = blockIdx.y, nb = cols / 32;
   const uint8_t* q[2] = {gq, uq};
   const __half* dd[2] = {gd, ud};
-  if (mc.early_prefetch && row0 < rows) {
-    prefetch_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, lane);
-  }
   const bool preload = mc.preload && !kXS;
   if (!preload) pdl_wait();
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
@@ -621,7 +588,6 @@ MatvecConfig matvec_config() {
   static const MatvecConfig c = [] {
     MatvecConfig m;
     m.evict_first = env_flag("GEM_CUDA_MV_EF", true);
-    m.early_prefetch = env_flag("GEM_CUDA_MV_EARLY_PF", false);
     m.preload = env_flag("GEM_CUDA_MV_PRELOAD", true);
     m.bulk = env_flag("GEM_CUDA_MV_BULK", false);
     m.bulk_warps = env_int("GEM_CUDA_MV_BULK_WARPS", m.bulk_warps, 1, 32);
