@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
                  float* y);
   int splits_for(const DevLayer& L, int n) const;
-  int decode_splits(const DevLayer& L) const;
+  int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
   int decode_bucket(int pos) const;
   void head_row(int row);
 
@@ -270,6 +270,14 @@ constexpr int kGemmAttnMin = 16;
 // in as many sub-tiles as this needs).
 constexpr size_t kScoreBudget = size_t{512} << 20;
 
+// Decode splits over `keys` keys: about two blocks per SM over the KV heads once there are many,
+// and no split shorter than 32 keys (the kernel's minimum chunk).
+int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
+  const int64_t by_sm = (2 * n_sm + n_kv - 1) / n_kv;
+  const int64_t by_len = (keys + 31) / 32;
+  return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
+}
+
 // The bucket of a token at position pos (it attends to pos + 1 keys).
 int CudaBackend::decode_bucket(int pos) const {
   if (!buckets_) return 0;
@@ -278,17 +286,16 @@ int CudaBackend::decode_bucket(int pos) const {
   return k;
 }
 
-// The decode splits of a layer in the bucket being captured: as at load (two blocks per SM over
-// the KV heads, no split under 32 keys), for the keys the bucket can hold.
-int CudaBackend::decode_splits(const DevLayer& L) const {
+// The decode splits of a layer in the bucket being captured: those of the keys it can hold.
+int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
   if (!buckets_) return L.n_splits_decode;
   const int64_t keys =
       std::min<int64_t>(static_cast<int64_t>(bucket_min_) << capture_bucket_, L.n_slots);
-  return std::clamp(static_cast<int>((keys + 31) / 32), 1, L.n_splits_decode);
+  return decode_splits_for(keys, p.n_kv_heads, n_sm_);
 }
 
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
-  if (n == 1) return decode_splits(L);
+  if (n == 1) return L.n_splits_decode;  // the most a decode graph of any bucket uses
   // Enough blocks to fill the GPU: (kv heads × query groups × splits) ≈ 2 per SM or more.
   const model::LayerPlan& p = model_.plan[0];
   const int r = std::max(1, cfg_.n_heads / std::max(1, p.n_kv_heads));
@@ -393,13 +400,7 @@ Status CudaBackend::init() {
       return errorf("cuda: out of device memory for the KV cache of layer %d (%zu bytes)", i,
                     2 * kv_bytes);
     }
-    // Decode splits: about two blocks per SM over the KV heads once the context is long, and
-    // no split shorter than 32 keys (the kernel's minimum chunk).
-    {
-      const int by_sm = (2 * n_sm_ + p.n_kv_heads - 1) / p.n_kv_heads;
-      const int by_len = (L.n_slots + 31) / 32;
-      L.n_splits_decode = std::clamp(std::min(by_sm, by_len), 1, 1024);
-    }
+    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_);
     max_dim = std::max(max_dim, D);
     max_kv = std::max(max_kv, p.n_kv_heads);
     qkv_max = std::max(qkv_max, static_cast<int>(L.qkv.rows));
@@ -418,9 +419,9 @@ Status CudaBackend::init() {
   const int max_cols = std::max({E, F, H * max_dim});
   size_t part_floats = 0;
   for (const DevLayer& L : layers_) {
-    for (int n = 1; n <= T_; ++n) {  // one token: the last bucket's splits, the most
-      const int splits = n == 1 ? L.n_splits_decode : splits_for(L, n);
-      part_floats = std::max(part_floats, cuda::attention_part_floats(n, H, max_dim, splits));
+    for (int n = 1; n <= T_; ++n) {
+      part_floats = std::max(part_floats,
+                             cuda::attention_part_floats(n, H, max_dim, splits_for(L, n)));
     }
   }
   auto f = [&](size_t count) { return static_cast<float*>(dev_alloc(count * sizeof(float))); };
@@ -505,7 +506,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
-                   p.n_kv_heads, D, p.window, decode_splits(L), sp, part_, att_, attq_};
+                   p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
