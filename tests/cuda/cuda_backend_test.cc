@@ -190,10 +190,10 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
-// Decode graphs per bucket of positions (GEM_CUDA_DECODE_BUCKETS, first bucket 32 keys): the
-// 110-token prompt decoded token by token crosses buckets of 32, 64 and 128 keys, each with its
-// own split count on the full-attention layers, and every position's logits match the one-tile
-// prompt's. A second pass after reset() reuses the captured graphs.
+// Decode graphs per bucket of positions (GEM_CUDA_DECODE_BUCKETS, on by default; first bucket
+// 32 keys here instead of 1024): the 110-token prompt decoded token by token crosses buckets of
+// 32, 64 and 128 keys, each with its own split count on the full-attention layers, and every
+// position's logits match the one-tile prompt's. A second pass after reset() reuses the captured graphs.
 TEST(CudaBackend, DecodeBucketsMatchOneTile) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

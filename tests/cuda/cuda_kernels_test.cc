@@ -712,11 +712,20 @@ TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
   check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P);  // 31B sliding
   check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P);             // r = 1, first token
   check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, tiny ring
-  // Tensor-core form (f16, 8 or 16 heads per KV head): partial tiles, one split, many splits.
-  check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P);      // 31B full, f16
-  check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P);        // a single partial tile
-  check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P);       // r = 16, D = 256
-  check_attention(16, 2, 256, 1024, 1024, true, 3000, 1, 33, P);   // r = 8 on a wrapped ring
+  // Tensor-core forms (f16, 8 or 16 heads per KV head): partial tiles, one split, many splits;
+  // the form that computes S whole in every warp, then the split form in each tile shape.
+  for (const char* form : {"1", "2:0", "2:1", "2:2", "2:3"}) {
+    setenv("GEM_CUDA_ATTN_MMA2_SHAPE", form[0] == '2' ? form + 2 : "0", 1);
+    setenv("GEM_CUDA_ATTN_MMA", form[0] == '2' ? "2" : "1", 1);
+    SCOPED_TRACE(std::string("tensor-core form ") + form);
+    check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P);     // 31B full, f16
+    check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P);       // a single partial tile
+    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 132, P);  // 12B full at depth 33K
+    check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P);      // r = 16, D = 256
+    check_attention(16, 2, 256, 1024, 1024, true, 3000, 1, 33, P);  // r = 8 on a wrapped ring
+    unsetenv("GEM_CUDA_ATTN_MMA");
+  }
+  unsetenv("GEM_CUDA_ATTN_MMA2_SHAPE");
 }
 
 TEST(CudaAttention, PrefillOnTensorCores) {

@@ -15,11 +15,20 @@ namespace {
 
 constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge costs more
 
-// GEM_CUDA_ATTN_MMA=0 keeps full layers on the CUDA-core decode kernel (for measuring both).
-bool mma_disabled() {
-  static const bool off = !env_flag("GEM_CUDA_ATTN_MMA", true);
-  return off;
+// The decode of full layers on the tensor cores. By default the split form (2) for launches
+// that can see at least GEM_CUDA_ATTN_MMA2_MIN_KEYS (16384) keys and the form where every warp
+// computes the whole S (1) for shorter ones: run 10, one 32,896-position context, the split form
+// (32-key tiles, 2 stages) decoded at depth 32768 296.0 vs 278.0 tok/s on the 12B and 133.4 vs
+// 126.4 on the 31B, but at depths 0 and 4096 its shapes measured 0.7-5 % slower in the graph
+// (while faster per launch: 23.8 vs 41.9 µs at depth 32768 without PDL). GEM_CUDA_ATTN_MMA=1 or
+// 2 forces a form, =0 the CUDA-core decode kernel. Read at every launch (a decode graph's
+// capture), like the split form's shape below, so that the kernel tests can run each.
+int mma_form(const AttnArgs& a) {
+  const int forced = env_int("GEM_CUDA_ATTN_MMA", -1, 0, 2);
+  if (forced >= 0) return forced;
+  return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 16384, 0, 1 << 30) ? 2 : 1;
 }
+bool mma_disabled() { return env_int("GEM_CUDA_ATTN_MMA", -1, 0, 2) == 0; }
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
@@ -663,10 +672,283 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   }
 }
 
+// The split form (GEM_CUDA_ATTN_MMA=2; by default for long key ranges): tiles of kMma2Keys (16 or 32) keys, and
+// S = Q·Kᵀ split over the warps instead of computed whole by each: warp w computes the 16 × 8
+// block of keys 8·(w % kNBS) .. +8 over the part w / kNBS of D, the parts meet in shared
+// memory, and every warp then runs the same online softmax over the tile's scores and its own
+// D/8 output columns of P·V. Per 32 keys a warp issues 16 + 2·D/64 products where the form
+// above issues 2·(2·D/16 + D/64) (12B full layers: 32 vs 144): at depth the form above is bound
+// by the tensor-core work of its eight identical S products (run 10: 42 µs per 64 MB full layer
+// of the 12B at depth 32768, 1.5 TB/s). Two barriers per tile: "tile landed, previous tile done"
+// (after which the stage of tile it - 1 is refilled with tile it + kStages - 1) and "S parts
+// written".
+template <int kKeys>
+constexpr int mma2_srow() {
+  return kKeys + 4;  // floats per row of the S parts (fewer bank conflicts)
+}
+template <int D, int kKeys, int kStages>
+constexpr int mma2_smem_bytes() {
+  return kStages * 2 * kKeys * (D + 8) * 2 + (64 / kKeys) * 16 * mma2_srow<kKeys>() * 4;
+}
+
+template <int D, int kMma2Keys, int kMma2Stages>
+__global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kernel(AttnArgs a) {
+  constexpr int kNBS = kMma2Keys / 8;      // n-blocks of 8 keys in S
+  constexpr int kParts = kDecWarps / kNBS;  // parts of D whose S products meet in shared memory
+  constexpr int kKS2 = kMma2Keys / 16;     // k-steps of P·V per tile
+  constexpr int kMma2SRow = mma2_srow<kMma2Keys>();
+  constexpr int kRowH = D + 8;             // halves per staged row
+  constexpr int kKSW = D / 16 / kParts;    // k-steps of this warp's part of S = Q·Kᵀ
+  static_assert(kKSW % 2 == 0, "two accumulator chains");
+  constexpr int kNB = D / 8 / kDecWarps;   // n-blocks of 8 output columns per warp
+  static_assert(kNB % 2 == 0, "ldmatrix.x4 takes two n-blocks");
+  constexpr int kStageH = 2 * kMma2Keys * kRowH;  // halves per stage (K then V)
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  __half* stage_base = reinterpret_cast<__half*>(dsmem);
+  float* s_half = reinterpret_cast<float*>(dsmem + kMma2Stages * kStageH * 2);  // [kParts][16][SRow]
+  if (!a.late_trigger) pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nbs = warp % kNBS, dh = warp / kNBS;  // S: keys 8·nbs .. +8, D part dh
+  const int r = a.n_heads / a.n_kv;
+  const int g = blockIdx.x, split = blockIdx.y;
+  const int qr = lane >> 2, qc = 2 * (lane & 3);
+  pdl_wait();
+  const SplitRange range = decode_split_range(a, split);
+  const int kb = range.kb, ke = range.ke;
+  const int n_tiles = kb < ke ? (ke - kb + kMma2Keys - 1) / kMma2Keys : 0;
+
+  // Q fragments of this warp's half of D, staged through stage 0 as in the form above.
+  uint32_t qa[kKSW][4];
+  {
+    __half* qs = stage_base;  // [16][kRowH]
+    constexpr int kQLoads = 16 * D / 4 / (kDecWarps * 32);
+    float4 v[kQLoads];
+#pragma unroll
+    for (int u = 0; u < kQLoads; ++u) {
+      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
+      // A plain load (the prologue wrote q; a non-coherent one may be hoisted above pdl_wait).
+      v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kQLoads; ++u) {
+      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(qs + row * kRowH + 4 * c4);
+      dst[0] = pack_half2(v[u].x, v[u].y);
+      dst[1] = pack_half2(v[u].z, v[u].w);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kKSW; ++ks) {
+      const __half* q0 = qs + qr * kRowH + dh * (D / kParts) + ks * 16 + qc;
+      const __half* q8 = q0 + 8 * kRowH;
+      qa[ks][0] = *reinterpret_cast<const uint32_t*>(q0);
+      qa[ks][1] = *reinterpret_cast<const uint32_t*>(q8);
+      qa[ks][2] = *reinterpret_cast<const uint32_t*>(q0 + 8);
+      qa[ks][3] = *reinterpret_cast<const uint32_t*>(q8 + 8);
+    }
+    __syncthreads();  // stage 0 is filled next
+  }
+  float acc[kNB][4];
+#pragma unroll
+  for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows qr, qr + 8
+
+  const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  constexpr int kChunks = D / 8;  // 16-byte pieces per row
+  auto load_stage = [&](int stage, int tile) {
+    const int k0 = kb + tile * kMma2Keys;
+    __half* ks = stage_base + static_cast<int64_t>(stage) * kStageH;
+    __half* vs = ks + kMma2Keys * kRowH;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < kMma2Keys * kChunks; c += kDecWarps * 32) {
+      const int kk = c / kChunks, off = (c % kChunks) * 8;
+      const int kp = k0 + kk;
+      const bool valid = kp < ke;
+      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
+      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
+      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s0 = 0; s0 < kMma2Stages - 1; ++s0) {
+    if (s0 < n_tiles) {
+      load_stage(s0, s0);
+    } else {
+      cp_async_commit();
+    }
+  }
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<kMma2Stages - 2>();  // tile it has landed (this thread's copies)
+    __syncthreads();                   // ... everyone's; and tile it - 1 is done with
+    {
+      const int nxt = it + kMma2Stages - 1;
+      if (nxt < n_tiles) {
+        load_stage(nxt % kMma2Stages, nxt);
+      } else {
+        cp_async_commit();
+      }
+    }
+    const __half* ks = stage_base + static_cast<int64_t>(it % kMma2Stages) * kStageH;
+    const __half* vs = ks + kMma2Keys * kRowH;
+    const int nk = min(kMma2Keys, ke - (kb + it * kMma2Keys));
+    // This warp's part of S: keys 8·nbs + qr (B = K rows), D half dh; two accumulators so that
+    // consecutive products do not wait for each other.
+    {
+      float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const __half* krow = ks + (nbs * 8 + qr) * kRowH + dh * (D / kParts) + qc;
+#pragma unroll
+      for (int kq = 0; kq < kKSW; kq += 2) {
+        mma16816(s0, qa[kq], *reinterpret_cast<const uint32_t*>(krow + kq * 16),
+                 *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 8));
+        mma16816(s1, qa[kq + 1], *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 16),
+                 *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 24));
+      }
+      float* sh = s_half + dh * 16 * kMma2SRow;
+      *reinterpret_cast<float2*>(sh + qr * kMma2SRow + nbs * 8 + qc) =
+          make_float2(s0[0] + s1[0], s0[1] + s1[1]);
+      *reinterpret_cast<float2*>(sh + (qr + 8) * kMma2SRow + nbs * 8 + qc) =
+          make_float2(s0[2] + s1[2], s0[3] + s1[3]);
+    }
+    __syncthreads();
+    // The tile's scores in A-fragment order: sc[ks2][nb][e] is row qr (e < 2) or qr + 8 (e >= 2),
+    // key 16·ks2 + 8·nb + qc + (e & 1).
+    float sc[kKS2][2][4];
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int ks2 = 0; ks2 < kKS2; ++ks2) {
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        const int key = ks2 * 16 + nb * 8 + qc;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = qr + 8 * hr;
+          float2 x = *reinterpret_cast<const float2*>(s_half + row * kMma2SRow + key);
+#pragma unroll
+          for (int pp = 1; pp < kParts; ++pp) {
+            const float2 y = *reinterpret_cast<const float2*>(
+                s_half + (pp * 16 + row) * kMma2SRow + key);
+            x.x += y.x;
+            x.y += y.y;
+          }
+          sc[ks2][nb][2 * hr] = key < nk ? x.x : -INFINITY;
+          sc[ks2][nb][2 * hr + 1] = key + 1 < nk ? x.y : -INFINITY;
+        }
+        mx0 = fmaxf(mx0, fmaxf(sc[ks2][nb][0], sc[ks2][nb][1]));
+        mx1 = fmaxf(mx1, fmaxf(sc[ks2][nb][2], sc[ks2][nb][3]));
+      }
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+    const float c0 = expf(m0 - mx0), c1 = expf(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int j = 0; j < kNB; ++j) {
+      acc[j][0] *= c0;
+      acc[j][1] *= c0;
+      acc[j][2] *= c1;
+      acc[j][3] *= c1;
+    }
+#pragma unroll
+    for (int ks2 = 0; ks2 < kKS2; ++ks2) {
+      float pr[2][4];
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        pr[nb][0] = expf(sc[ks2][nb][0] - m0);  // -inf (masked) gives 0
+        pr[nb][1] = expf(sc[ks2][nb][1] - m0);
+        pr[nb][2] = expf(sc[ks2][nb][2] - m1);
+        pr[nb][3] = expf(sc[ks2][nb][3] - m1);
+        l0 += pr[nb][0] + pr[nb][1];
+        l1 += pr[nb][2] + pr[nb][3];
+      }
+      const uint32_t pa[4] = {pack_half2(pr[0][0], pr[0][1]), pack_half2(pr[0][2], pr[0][3]),
+                              pack_half2(pr[1][0], pr[1][1]), pack_half2(pr[1][2], pr[1][3])};
+      // B = V rows 16·ks2 .. +16 through ldmatrix.x4.trans: two n-blocks of 8 columns per load
+      // (lanes 0-15 address the first's keys, 16-31 the second's).
+#pragma unroll
+      for (int j = 0; j < kNB; j += 2) {
+        const int col = warp * (D / kDecWarps) + j * 8 + (lane >> 4) * 8;
+        const __half* vrow = vs + (ks2 * 16 + (lane & 15)) * kRowH + col;
+        const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(vrow));
+        uint32_t b0, b1, b2, b3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                     : "r"(addr));
+        mma16816(acc[j], pa, b0, b1);
+        mma16816(acc[j + 1], pa, b2, b3);
+      }
+    }
+  }
+  if (a.late_trigger) pdl_trigger();
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = qr + 8 * half;
+    if (row >= r) continue;
+    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
+    if (warp == 0 && (lane & 3) == 0) {
+      part[0] = half ? m1 : m0;
+      part[1] = half ? l1 : l0;
+    }
+#pragma unroll
+    for (int j = 0; j < kNB; ++j) {
+      const int col = warp * (D / kDecWarps) + j * 8 + qc;
+      *reinterpret_cast<float2*>(part + 2 + col) = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
+    }
+  }
+}
+
+// GEM_CUDA_ATTN_MMA2_SHAPE: keys per tile × stages of the split form: 0 = 16×3 (~100 KB of
+// shared memory), 1 = 16×4, 2 = 32×2 (the default, ~133 KB), 3 = 32×3 (~200 KB). Run 10, depth
+// 32768, 12B / 31B tok/s: 273.1 / 127.3, 292.9 / 131.3, 296.0 / 133.4, 281.6 / 127.0 (2 splits
+// per SM).
+int mma2_shape() { return env_int("GEM_CUDA_ATTN_MMA2_SHAPE", 2, 0, 3); }
+
+template <int D, int kKeys, int kStages>
+void launch2(dim3 grid, const AttnArgs& a, cudaStream_t s) {
+  launch(attention_decode_mma2_kernel<D, kKeys, kStages>, grid, kDecWarps * 32,
+         static_cast<size_t>(mma2_smem_bytes<D, kKeys, kStages>()), s, a);
+}
+
+template <int D>
+void mma2_setup() {
+  auto set = [](auto kernel, int bytes) {
+    GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  };
+  set(attention_decode_mma2_kernel<D, 16, 3>, mma2_smem_bytes<D, 16, 3>());
+  set(attention_decode_mma2_kernel<D, 16, 4>, mma2_smem_bytes<D, 16, 4>());
+  set(attention_decode_mma2_kernel<D, 32, 2>, mma2_smem_bytes<D, 32, 2>());
+  set(attention_decode_mma2_kernel<D, 32, 3>, mma2_smem_bytes<D, 32, 3>());
+}
+
 template <int D>
 void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
-  launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,
-         static_cast<size_t>(mma_smem_bytes<D>()), s, a);
+  if (mma_form(a) == 2) {
+    const dim3 grid(a.n_kv, a.n_splits);
+    AttnArgs b = a;
+    b.late_trigger = env_flag("GEM_CUDA_ATTN_LATE_TRIGGER", false);
+    switch (mma2_shape()) {
+      case 0: launch2<D, 16, 3>(grid, b, s); break;
+      case 1: launch2<D, 16, 4>(grid, b, s); break;
+      case 2: launch2<D, 32, 2>(grid, b, s); break;
+      default: launch2<D, 32, 3>(grid, b, s); break;
+    }
+  } else {
+    launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,
+           static_cast<size_t>(mma_smem_bytes<D>()), s, a);
+  }
 }
 
 template <int D, typename T>
@@ -714,6 +996,8 @@ void attention_setup() {
   GEM_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<512>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       mma_smem_bytes<512>()));
+  mma2_setup<256>();
+  mma2_setup<512>();
 }
 
 bool attention_decode_uses_mma(const AttnArgs& a) {

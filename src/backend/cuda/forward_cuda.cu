@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
                  float* y);
   int splits_for(const DevLayer& L, int n) const;
   int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
+  int64_t decode_keys(const DevLayer& L) const;
   int decode_bucket(int pos) const;
   void head_row(int row);
 
@@ -138,13 +139,14 @@ class CudaBackend final : public Backend {
   // Decode graphs, one per bucket of positions. A graph's attention is cut into splits for the
   // keys its bucket can hold (decode_splits): bucket k serves positions < bucket_min_·2^k (the
   // last one, the whole context), so a short conversation in a long context does not pay for
-  // the splits and merges of the full length. GEM_CUDA_DECODE_BUCKETS=1 turns the buckets on
-  // (off: one graph, splits for the whole context; run 9 measured a 12B at depth 0 5 % faster
-  // with a context of its own than in a 32,896-position one); GEM_CUDA_DECODE_BUCKET_MIN (256)
-  // is the first bucket's size.
+  // the splits and merges of the full length. GEM_CUDA_DECODE_BUCKETS=0 turns them off (one
+  // graph, splits for the whole context); GEM_CUDA_DECODE_BUCKET_MIN (1024) is the first
+  // bucket's size. Run 10, 12B in a 32,896-position context at depth 0: 335.0 tok/s with
+  // buckets from 1024, 328.7 from 256, 315.8 without (31B 157.4 / 158.0 / 156.5); equal at
+  // depths 4096 and 32768.
   std::vector<cudaGraphExec_t> decode_graphs_;
-  bool buckets_ = false;
-  int bucket_min_ = 256;
+  bool buckets_ = true;
+  int bucket_min_ = 1024;
   int capture_bucket_ = 0;  // the bucket forward_tile is capturing
 
   std::vector<float> logits_host_;  // [rows, V]
@@ -270,10 +272,11 @@ constexpr int kGemmAttnMin = 16;
 // in as many sub-tiles as this needs).
 constexpr size_t kScoreBudget = size_t{512} << 20;
 
-// Decode splits over `keys` keys: about two blocks per SM over the KV heads once there are many,
-// and no split shorter than 32 keys (the kernel's minimum chunk).
+// Decode splits over `keys` keys: about GEM_CUDA_SPLITS_PER_SM (2) blocks per SM over the KV
+// heads once there are many, and no split shorter than 32 keys (the kernel's minimum chunk).
 int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
-  const int64_t by_sm = (2 * n_sm + n_kv - 1) / n_kv;
+  static const int per_sm = cuda::env_int("GEM_CUDA_SPLITS_PER_SM", 2, 1, 8);
+  const int64_t by_sm = (per_sm * n_sm + n_kv - 1) / n_kv;
   const int64_t by_len = (keys + 31) / 32;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
 }
@@ -286,12 +289,16 @@ int CudaBackend::decode_bucket(int pos) const {
   return k;
 }
 
+// The most keys a layer's decode attention can see in the bucket being captured.
+int64_t CudaBackend::decode_keys(const DevLayer& L) const {
+  if (!buckets_) return L.n_slots;
+  return std::min<int64_t>(static_cast<int64_t>(bucket_min_) << capture_bucket_, L.n_slots);
+}
+
 // The decode splits of a layer in the bucket being captured: those of the keys it can hold.
 int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
   if (!buckets_) return L.n_splits_decode;
-  const int64_t keys =
-      std::min<int64_t>(static_cast<int64_t>(bucket_min_) << capture_bucket_, L.n_slots);
-  return decode_splits_for(keys, p.n_kv_heads, n_sm_);
+  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_);
 }
 
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
@@ -314,7 +321,7 @@ Status CudaBackend::init() {
     skip_ = *bits;
     GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
   }
-  buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", false);
+  buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", true);
   bucket_min_ = cuda::env_int("GEM_CUDA_DECODE_BUCKET_MIN", bucket_min_, 32, 1 << 24);
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -508,6 +515,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
+  a.max_keys = decode_keys(L);
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};

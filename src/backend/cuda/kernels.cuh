@@ -218,14 +218,20 @@ struct AttnArgs {
   // n = 1 only: the query's own K/V were already stored in the cache (qkv_prologue's KvDest),
   // so every key comes from the cache: the decode kernel (K/V tiles shared by a group's heads).
   bool tile_in_cache = false;
+  // Set by attention(): the tensor-core decode lets the next kernel launch only when its own
+  // work is done (GEM_CUDA_ATTN_LATE_TRIGGER=1), not at its start.
+  bool late_trigger = false;
+  // The most keys this launch can see (a decode graph's bucket; 0: unknown): long ranges take
+  // the split tensor-core form (attention.cu, GEM_CUDA_ATTN_MMA2_MIN_KEYS).
+  int64_t max_keys = 0;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s);
 // Whether attention() takes the decode kernel for these arguments (n = 1, tile_in_cache, a
 // group of 1, 2, 4, 8 or 16 heads per KV head).
 bool attention_decode_supported(const AttnArgs& a);
-// Whether that decode takes the tensor-core form (f16 cache, 8 or 16 heads per KV head, D 256
-// or 512; GEM_CUDA_ATTN_MMA=0 turns it off).
+// Whether that decode takes a tensor-core form (f16 cache, 8 or 16 heads per KV head, D 256
+// or 512; GEM_CUDA_ATTN_MMA=0 turns them off).
 bool attention_decode_uses_mma(const AttnArgs& a);
 // One-time kernel attributes (the tensor-core decode's shared memory); call outside graph capture.
 void attention_setup();
