@@ -706,7 +706,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   extern __shared__ __align__(16) unsigned char dsmem[];
   __half* stage_base = reinterpret_cast<__half*>(dsmem);
   float* s_half = reinterpret_cast<float*>(dsmem + kMma2Stages * kStageH * 2);  // [kParts][16][SRow]
-  if (!a.late_trigger) pdl_trigger();
+  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nbs = warp % kNBS, dh = warp / kNBS;  // S: keys 8·nbs .. +8, D part dh
   const int r = a.n_heads / a.n_kv;
@@ -887,7 +887,6 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
       }
     }
   }
-  if (a.late_trigger) pdl_trigger();
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, o);
@@ -937,13 +936,11 @@ template <int D>
 void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
   if (mma_form(a) == 2) {
     const dim3 grid(a.n_kv, a.n_splits);
-    AttnArgs b = a;
-    b.late_trigger = env_flag("GEM_CUDA_ATTN_LATE_TRIGGER", false);
     switch (mma2_shape()) {
-      case 0: launch2<D, 16, 3>(grid, b, s); break;
-      case 1: launch2<D, 16, 4>(grid, b, s); break;
-      case 2: launch2<D, 32, 2>(grid, b, s); break;
-      default: launch2<D, 32, 3>(grid, b, s); break;
+      case 0: launch2<D, 16, 3>(grid, a, s); break;
+      case 1: launch2<D, 16, 4>(grid, a, s); break;
+      case 2: launch2<D, 32, 2>(grid, a, s); break;
+      default: launch2<D, 32, 3>(grid, a, s); break;
     }
   } else {
     launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,

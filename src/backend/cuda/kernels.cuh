@@ -218,9 +218,6 @@ struct AttnArgs {
   // n = 1 only: the query's own K/V were already stored in the cache (qkv_prologue's KvDest),
   // so every key comes from the cache: the decode kernel (K/V tiles shared by a group's heads).
   bool tile_in_cache = false;
-  // Set by attention(): the tensor-core decode lets the next kernel launch only when its own
-  // work is done (GEM_CUDA_ATTN_LATE_TRIGGER=1), not at its start.
-  bool late_trigger = false;
   // The most keys this launch can see (a decode graph's bucket; 0: unknown): long ranges take
   // the split tensor-core form (attention.cu, GEM_CUDA_ATTN_MMA2_MIN_KEYS).
   int64_t max_keys = 0;
