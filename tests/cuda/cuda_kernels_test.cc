@@ -726,6 +726,13 @@ TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
     unsetenv("GEM_CUDA_ATTN_MMA");
   }
   unsetenv("GEM_CUDA_ATTN_MMA2_SHAPE");
+  // The merge in 32-element chunks (twice the blocks of the default 64).
+  setenv("GEM_CUDA_MERGE_CHUNK", "32", 1);
+  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16
+  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P);   // 12B full at depth 33K
+  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // 31B full, f32
+  check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // a 32-wide head, one chunk
+  unsetenv("GEM_CUDA_MERGE_CHUNK");
 }
 
 TEST(CudaAttention, PrefillOnTensorCores) {

@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   __shared__ float red[32];
   __shared__ float sums[kMergeThreads];
   const int t = blockIdx.x, j = blockIdx.y, D = a.head_dim;
-  const int dchunk = D < 64 ? D : 64, n_sg = kMergeThreads / dchunk;
+  const int dchunk = D / static_cast<int>(gridDim.z), n_sg = kMergeThreads / dchunk;
   const int dl = threadIdx.x % dchunk, sg = threadIdx.x / dchunk;
   const int d = blockIdx.z * dchunk + dl;
   const int ns = a.n_splits;
@@ -199,8 +199,12 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   }
 }
 
+// Output elements per merge block: GEM_CUDA_MERGE_CHUNK (64; 32 doubles the blocks and halves
+// each thread's chain of split loads; at least 32, so that the q8 copy's blocks stay whole),
+// the whole head when it is narrower. Read at every launch so that the kernel tests run both.
 void launch_merge(const AttnArgs& a, int n, cudaStream_t s) {
-  const int dchunk = a.head_dim < 64 ? a.head_dim : 64;
+  const int want = env_int("GEM_CUDA_MERGE_CHUNK", 64, 32, 64) >= 64 ? 64 : 32;
+  const int dchunk = a.head_dim < want ? a.head_dim : want;
   launch(attention_merge_kernel, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads, 0, s, a);
 }
 

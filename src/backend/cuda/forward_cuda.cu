@@ -273,11 +273,13 @@ constexpr int kGemmAttnMin = 16;
 constexpr size_t kScoreBudget = size_t{512} << 20;
 
 // Decode splits over `keys` keys: about GEM_CUDA_SPLITS_PER_SM (2) blocks per SM over the KV
-// heads once there are many, and no split shorter than 32 keys (the kernel's minimum chunk).
+// heads once there are many, and no split shorter than GEM_CUDA_SPLIT_MIN_KEYS (32, the kernels'
+// minimum chunk; more gives the sliding layers fewer, longer splits and smaller merges).
 int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
   static const int per_sm = cuda::env_int("GEM_CUDA_SPLITS_PER_SM", 2, 1, 8);
+  static const int min_keys = cuda::env_int("GEM_CUDA_SPLIT_MIN_KEYS", 32, 32, 1 << 20);
   const int64_t by_sm = (per_sm * n_sm + n_kv - 1) / n_kv;
-  const int64_t by_len = (keys + 31) / 32;
+  const int64_t by_len = (keys + min_keys - 1) / min_keys;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
 }
 
