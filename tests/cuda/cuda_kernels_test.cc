@@ -701,8 +701,9 @@ TEST(CudaAttention, DecodeOverRingAndFullCaches) {
   check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 32);   // 31B sliding
 }
 
-TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
-  REQUIRE_GPU();
+// The decode kernel's cases: the CUDA-core form on rings and full caches, then the tensor-core
+// forms and the merge in 32-element chunks.
+void check_decode_cases() {
   const auto P = AttnPath::kDecode;
   check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P);  // 12B sliding, wrapped ring
   check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16, not full
@@ -733,6 +734,18 @@ TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
   check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // 31B full, f32
   check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // a 32-wide head, one chunk
   unsetenv("GEM_CUDA_MERGE_CHUNK");
+}
+
+TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
+  REQUIRE_GPU();
+  // With and without the early exit of empty splits (GEM_CUDA_ATTN_SKIP_EMPTY): the short
+  // ranges leave most splits empty.
+  for (const char* skip : {"0", "1"}) {
+    setenv("GEM_CUDA_ATTN_SKIP_EMPTY", skip, 1);
+    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip);
+    check_decode_cases();
+  }
+  unsetenv("GEM_CUDA_ATTN_SKIP_EMPTY");
 }
 
 TEST(CudaAttention, PrefillOnTensorCores) {

@@ -274,6 +274,19 @@ __device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int 
   return {kb, min(p + 1, kb + chunk)};
 }
 
+// An empty split (its key range is empty: a short context cut into many splits): the parts
+// say so (l = 0, which the merge skips without reading the rest) and the block exits before it
+// stages its queries (the tensor-core forms load r·D floats of q per block; at depth 0 most of a
+// bucket's splits are empty). Block-uniform: every thread returns. GEM_CUDA_ATTN_SKIP_EMPTY=1
+// (off until run on a GPU; the kernel tests run both).
+__device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int r, int split, int D) {
+  for (int row = threadIdx.x; row < r; row += blockDim.x) {
+    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
+    part[0] = -INFINITY;
+    part[1] = 0.0f;
+  }
+}
+
 // The cp.async schedule of the decode kernels, kStages deep: stages_begin requests tiles
 // 0 .. kStages-2; stages_next(it) requests tile it + kStages - 1 into the stage tile it - 1 used
 // (an empty group past the end, so that "all but the newest kStages - 1 groups done" always
@@ -322,6 +335,10 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   const SplitRange range = decode_split_range(a, split);
   const int kb = range.kb, ke = range.ke;  // keys [kb, ke)
   const int n_tiles = kb < ke ? (ke - kb + kKT - 1) / kKT : 0;
+  if (n_tiles == 0 && a.skip_empty) {
+    write_empty_parts(a, g, r, split, D);
+    return;
+  }
 
   float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
 #pragma unroll
@@ -518,6 +535,10 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const SplitRange range = decode_split_range(a, split);
   const int kb = range.kb, ke = range.ke;
   const int n_tiles = kb < ke ? (ke - kb + kMmaKeys - 1) / kMmaKeys : 0;
+  if (n_tiles == 0 && a.skip_empty) {
+    write_empty_parts(a, g, r, split, D);
+    return;
+  }
 
   // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8). The
   // block first stages the group's Q as f16 rows (zero past r) in stage 0's memory with
@@ -720,6 +741,10 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   const SplitRange range = decode_split_range(a, split);
   const int kb = range.kb, ke = range.ke;
   const int n_tiles = kb < ke ? (ke - kb + kMma2Keys - 1) / kMma2Keys : 0;
+  if (n_tiles == 0 && a.skip_empty) {
+    write_empty_parts(a, g, r, split, D);
+    return;
+  }
 
   // Q fragments of this warp's half of D, staged through stage 0 as in the form above.
   uint32_t qa[kKSW][4];
@@ -1014,7 +1039,9 @@ bool attention_decode_supported(const AttnArgs& a) {
          (r == 1 || r == 2 || r == 4 || r == 8 || r == 16);
 }
 
-void attention(const AttnArgs& a, cudaStream_t s) {
+void attention(const AttnArgs& args, cudaStream_t s) {
+  AttnArgs a = args;
+  a.skip_empty = env_flag("GEM_CUDA_ATTN_SKIP_EMPTY", false);
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();

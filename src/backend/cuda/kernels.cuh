@@ -221,6 +221,8 @@ struct AttnArgs {
   // The most keys this launch can see (a decode graph's bucket; 0: unknown): long ranges take
   // the split tensor-core form (attention.cu, GEM_CUDA_ATTN_MMA2_MIN_KEYS).
   int64_t max_keys = 0;
+  // Set by attention(): decode blocks of an empty split write l = 0 and exit at once.
+  bool skip_empty = false;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s);
