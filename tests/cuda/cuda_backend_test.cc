@@ -190,19 +190,15 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
-// Decode graphs per bucket of positions (GEM_CUDA_DECODE_BUCKETS, on by default; first bucket
-// 32 keys here instead of 1024): the 110-token prompt decoded token by token crosses buckets of
-// 32, 64 and 128 keys, each with its own split count on the full-attention layers, and every
-// position's logits match the one-tile prompt's. A second pass after reset() reuses the captured graphs.
-TEST(CudaBackend, DecodeBucketsMatchOneTile) {
-  REQUIRE_GPU();
+// The 110-token prompt decoded token by token on a backend made under the given environment
+// settings matches the one-tile prompt at every position, twice (the captured graphs are reused
+// after reset()).
+void decode_matches_one_tile(const std::vector<std::pair<const char*, const char*>>& env) {
   const std::string path = test::fixture("tiny-q4_0.gguf");
   GEM_REQUIRE_FIXTURE(path);
-  setenv("GEM_CUDA_DECODE_BUCKETS", "1", 1);
-  setenv("GEM_CUDA_DECODE_BUCKET_MIN", "32", 1);
+  for (const auto& [k, v] : env) setenv(k, v, 1);
   Pair a = make_pair(path, model::KvType::kF16, 256, 256);
-  unsetenv("GEM_CUDA_DECODE_BUCKETS");
-  unsetenv("GEM_CUDA_DECODE_BUCKET_MIN");
+  for (const auto& [k, v] : env) unsetenv(k);
   ASSERT_TRUE(a.gpu);
   const auto tokens = prompt_tokens("long");
   ASSERT_GT(tokens.size(), 64u);
@@ -221,6 +217,23 @@ TEST(CudaBackend, DecodeBucketsMatchOneTile) {
                         "pass " + std::to_string(pass) + " position " + std::to_string(r));
     }
   }
+}
+
+// Decode graphs per bucket of positions (GEM_CUDA_DECODE_BUCKETS, on by default; first bucket
+// 32 keys here instead of 1024): the prompt crosses buckets of 32, 64 and 128 keys, each with
+// its own split count on the full-attention layers.
+TEST(CudaBackend, DecodeBucketsMatchOneTile) {
+  REQUIRE_GPU();
+  decode_matches_one_tile({{"GEM_CUDA_DECODE_BUCKETS", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
+}
+
+// The q/k/v prologue inside the decode attention (GEM_CUDA_FUSED_PROLOGUE=1): every layer's
+// decode normalises and rotates its queries and stores the token's K/V itself, with and without
+// the early exit of empty splits.
+TEST(CudaBackend, FusedPrologueDecodeMatchesOneTile) {
+  REQUIRE_GPU();
+  decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
+  decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}});
 }
 
 TEST(CudaBackend, CheckpointRestoreIsExact) {

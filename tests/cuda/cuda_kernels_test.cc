@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <set>
@@ -744,6 +745,118 @@ TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
     setenv("GEM_CUDA_ATTN_SKIP_EMPTY", skip, 1);
     SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip);
     check_decode_cases();
+  }
+  unsetenv("GEM_CUDA_ATTN_SKIP_EMPTY");
+}
+
+// The prologue inside the decode kernel (AttnArgs::qkv, GEM_CUDA_FUSED_PROLOGUE) against
+// qkv_prologue followed by the same decode: the same raw q|k|v row, norm weights, RoPE
+// frequencies (proportional: most pairs unrotated) and initial cache. The token's stored k and v
+// agree to f16 rounding (the fused norm sums in another order, so a value on a rounding boundary
+// may land one f16 step away) and the attention outputs to the f16 rounding of q and k.
+void check_fused_prologue(int H, int G, int D, int window, int n_slots, bool f16, int pos0,
+                          int n_splits, bool v_from_k) {
+  const bool ring = window > 0;
+  const int cols = (H + (v_from_k ? 1 : 2) * G) * D;
+  const auto qkv = randn(cols, 2.0f);
+  const auto qn = randn(D), kn = randn(D);
+  std::vector<float> ff(D / 2, 1.0f);
+  for (int i = D / 8; i < D / 2; ++i) ff[i] = 1e30f;
+  std::vector<double> inv(D / 2);
+  cpu::rope_inv_freq(D, ring ? 1e4f : 1e6f, ff.data(), inv.data());
+  const size_t cache_elems = static_cast<size_t>(G) * n_slots * D;
+  const auto kc0 = randn(cache_elems), vc0 = randn(cache_elems);
+  std::vector<uint8_t> kb(cache_elems * (f16 ? 2 : 4)), vb(kb.size());
+  for (size_t i = 0; i < cache_elems; ++i) {
+    if (f16) {
+      const uint16_t hk = f32_to_fp16(kc0[i]), hv = f32_to_fp16(vc0[i]);
+      std::memcpy(kb.data() + 2 * i, &hk, 2);
+      std::memcpy(vb.data() + 2 * i, &hv, 2);
+    } else {
+      std::memcpy(kb.data() + 4 * i, &kc0[i], 4);
+      std::memcpy(vb.data() + 4 * i, &vc0[i], 4);
+    }
+  }
+  Dev<float> dqkv(qkv), dqn(qn), dkn(kn), q(static_cast<size_t>(H) * D), k(G * D), v(G * D);
+  Dev<double> dinv(inv);
+  Dev<int32_t> sp(std::vector<int32_t>{pos0});
+  const auto* spp = reinterpret_cast<const cuda::StepParams*>(sp.p);
+  Dev<uint8_t> kc1(kb), vc1(vb), kc2(kb), vc2(vb);
+  Dev<float> part(cuda::attention_part_floats(1, H, D, n_splits));
+  Dev<float> out1(static_cast<size_t>(H) * D), out2(out1.n);
+  Dev<int8_t> oq(out1.n);
+  Dev<float2> ods(out1.n / 32);
+  auto args = [&](void* kc, void* vc, float* out) {
+    cuda::AttnArgs a{q.p, k.p, v.p, kc, vc, f16, ring, n_slots, 1, H, G, D, window, n_splits,
+                     spp, part.p, out, cuda::Q8Act{oq.p, ods.p}};
+    a.tile_in_cache = true;
+    return a;
+  };
+  cuda::qkv_prologue(dqkv.p, 1, H, G, D, v_from_k, dqn.p, dkn.p, 1e-6f, dinv.p, spp, q.p, k.p,
+                     v.p, cuda::KvDest{kc1.p, vc1.p, f16, ring, n_slots}, nullptr);
+  cuda::attention(args(kc1.p, vc1.p, out1.p), nullptr);
+  // The fused decode must not read the prologue's q: poison it (NaN).
+  CK(cudaMemset(q.p, 0xFF, q.n * sizeof(float)));
+  cuda::AttnArgs a = args(kc2.p, vc2.p, out2.p);
+  ASSERT_TRUE(cuda::attention_fused_prologue_supported(a));
+  a.qkv = dqkv.p;
+  a.q_norm = dqn.p;
+  a.k_norm = dkn.p;
+  a.inv_freq = dinv.p;
+  a.eps = 1e-6f;
+  a.v_from_k = v_from_k;
+  cuda::attention(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  char where[96];
+  std::snprintf(where, sizeof(where), "H%d G%d D%d f16 %d pos0 %d", H, G, D, f16 ? 1 : 0, pos0);
+  const auto c1k = kc1.get(), c2k = kc2.get(), c1v = vc1.get(), c2v = vc2.get();
+  auto val = [&](const std::vector<uint8_t>& c, size_t e) {
+    if (f16) {
+      uint16_t h;
+      std::memcpy(&h, c.data() + 2 * e, 2);
+      return fp16_to_f32(h);
+    }
+    float f;
+    std::memcpy(&f, c.data() + 4 * e, 4);
+    return f;
+  };
+  // f16: one step of 2^-10 relative (a boundary case); f32: the norm's summation order.
+  const float step = f16 ? 1.0f / 1024.0f : 1e-5f;
+  for (size_t e = 0; e < cache_elems; ++e) {
+    ASSERT_NEAR(val(c2k, e), val(c1k, e), step * (std::fabs(val(c1k, e)) + 1e-3f)) << where << " k " << e;
+    ASSERT_NEAR(val(c2v, e), val(c1v, e), step * (std::fabs(val(c1v, e)) + 1e-3f)) << where << " v " << e;
+  }
+  const auto o1 = out1.get(), o2 = out2.get();
+  float vmax = 0.0f;
+  for (float x : vc0) vmax = std::max(vmax, std::fabs(x));
+  for (size_t i = 0; i < o1.size(); ++i) {
+    ASSERT_NEAR(o2[i], o1[i], 4e-3f * (vmax + std::fabs(o1[i]))) << where << " out " << i;
+  }
+}
+
+TEST(CudaAttention, FusedPrologueMatchesSeparateKernels) {
+  REQUIRE_GPU();
+  for (const char* skip : {"0", "1"}) {
+    setenv("GEM_CUDA_ATTN_SKIP_EMPTY", skip, 1);
+    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip);
+    check_fused_prologue(16, 8, 256, 1024, 1024, true, 5000, 33, false);  // 12B sliding, wrapped
+    check_fused_prologue(16, 8, 256, 1024, 1024, false, 700, 33, false);  // f32, ring not full
+    check_fused_prologue(32, 16, 256, 1024, 1024, true, 0, 17, false);    // 31B sliding, first token
+    check_fused_prologue(16, 1, 512, 0, 40000, true, 33000, 264, true);   // 12B full (tensor cores)
+    check_fused_prologue(32, 4, 512, 0, 9000, true, 8191, 66, true);      // 31B full (tensor cores)
+    check_fused_prologue(32, 4, 512, 0, 9000, true, 20, 66, true);       // 31B full, few keys
+    check_fused_prologue(4, 2, 32, 16, 16, false, 40, 1, false);          // tiny sliding
+    check_fused_prologue(4, 1, 64, 0, 300, true, 70, 3, true);            // tiny full, r = 4
+    for (const char* shape : {"0", "2"}) {  // the split tensor-core form, 16- and 32-key tiles
+      setenv("GEM_CUDA_ATTN_MMA", "2", 1);
+      setenv("GEM_CUDA_ATTN_MMA2_SHAPE", shape, 1);
+      SCOPED_TRACE(std::string("split tensor-core form, shape ") + shape);
+      check_fused_prologue(16, 1, 512, 0, 40000, true, 33000, 264, true);
+      check_fused_prologue(32, 4, 512, 0, 9000, true, 20, 66, true);
+      check_fused_prologue(16, 1, 256, 0, 3000, true, 2500, 7, false);
+    }
+    unsetenv("GEM_CUDA_ATTN_MMA");
+    unsetenv("GEM_CUDA_ATTN_MMA2_SHAPE");
   }
   unsetenv("GEM_CUDA_ATTN_SKIP_EMPTY");
 }

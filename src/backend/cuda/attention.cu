@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/decode_prologue.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace gem::cuda {
@@ -287,6 +288,82 @@ __device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int 
   }
 }
 
+// The prologue inside a decode block (a.qkv set; n = 1): the r query heads of KV head g
+// normalised and rotated into qs (shared memory, rows of D + 4 floats), and when `own` (this
+// block's key range holds the token's position) the token's k (norm, RoPE) and v (norm) of head
+// g stored into the cache, as qkv_prologue does. Warp w takes units w, w + 8, ...: unit u < r is
+// query head g·r + u, unit r the k|v of head g; lane l owns the NeoX pairs (p, p + D/2) for
+// p = l, l + 32, ... < D/2. Ends with a barrier: qs is complete and the stored key is visible to
+// the block's copies issued after it.
+template <int D>
+constexpr int fused_q_stride() {
+  return D + 4;
+}
+
+template <int D>
+__device__ __forceinline__ void fused_prologue(const AttnArgs& a, int g, int r, bool own,
+                                               float* qs) {
+  constexpr int kHalf = D / 2;
+  constexpr int kPairs = (kHalf + 31) / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = static_cast<int>(blockDim.x) >> 5;
+  const int pos = a.sp->pos0;
+  const KvDest dest{const_cast<void*>(a.k_cache), const_cast<void*>(a.v_cache), a.f16, a.ring,
+                    a.n_slots};
+  const int n_units = r + (own ? 1 : 0);
+  for (int u = warp; u < n_units; u += n_warps) {
+    const bool is_q = u < r;
+    const float* src = a.qkv + static_cast<int64_t>(is_q ? g * r + u : a.n_heads + g) * D;
+    float x0[kPairs], x1[kPairs];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int p = lane + 32 * k;
+      x0[k] = p < kHalf ? src[p] : 0.0f;
+      x1[k] = p < kHalf ? src[p + kHalf] : 0.0f;
+      ss += x0[k] * x0[k] + x1[k] * x1[k];
+    }
+    const float inv = rsqrtf(warp_sum(ss) / D + a.eps);
+    const float* w = is_q ? a.q_norm : a.k_norm;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int p = lane + 32 * k;
+      if (p >= kHalf) continue;
+      const float2 o = norm_rope_pair(x0[k], x1[k], inv, w[p], w[p + kHalf], a.inv_freq[p], pos);
+      if (is_q) {
+        qs[u * fused_q_stride<D>() + p] = o.x;
+        qs[u * fused_q_stride<D>() + p + kHalf] = o.y;
+      } else {
+        store_cache(dest, dest.k, g, pos, D, p, o.x, o.y);
+      }
+    }
+    if (is_q) continue;
+    // V: RMS₀ of the raw V projection (full layers: the raw K projection).
+    const float* vsrc = a.v_from_k ? src : a.qkv + static_cast<int64_t>(a.n_heads + a.n_kv + g) * D;
+    float ssv = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int p = lane + 32 * k;
+      x0[k] = p < kHalf ? vsrc[p] : 0.0f;
+      x1[k] = p < kHalf ? vsrc[p + kHalf] : 0.0f;
+      ssv += x0[k] * x0[k] + x1[k] * x1[k];
+    }
+    const float invv = rsqrtf(warp_sum(ssv) / D + a.eps);
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int p = lane + 32 * k;
+      if (p < kHalf) store_cache(dest, dest.v, g, pos, D, p, x0[k] * invv, x1[k] * invv);
+    }
+  }
+  __syncthreads();
+}
+
+// Whether this decode block's key range [kb, ke) holds the token's own position (its key is
+// stored by this block when the prologue is fused).
+__device__ __forceinline__ bool owns_token(const AttnArgs& a, int kb, int ke) {
+  return a.qkv != nullptr && kb <= a.sp->pos0 && a.sp->pos0 < ke;
+}
+
 // The cp.async schedule of the decode kernels, kStages deep: stages_begin requests tiles
 // 0 .. kStages-2; stages_next(it) requests tile it + kStages - 1 into the stage tile it - 1 used
 // (an empty group past the end, so that "all but the newest kStages - 1 groups done" always
@@ -340,18 +417,9 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     return;
   }
 
-  float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
-#pragma unroll
-  for (int h = 0; h < kHPW; ++h) {
-    const float* qrow = a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
-#pragma unroll
-    for (int i = 0; i < kPL; ++i) {
-      qv[h][i] = qrow[i];
-      acc[h][i] = 0.0f;
-    }
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-  }
+  // The fused prologue's queries live in the last stage until the first refill of it.
+  const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
+  float* qs = reinterpret_cast<float*>(smem[kDecStages - 1]);
   const unsigned char* kc = static_cast<const unsigned char*>(a.k_cache) +
                             static_cast<int64_t>(g) * a.n_slots * kRow;
   const unsigned char* vc = static_cast<const unsigned char*>(a.v_cache) +
@@ -368,7 +436,23 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     }
     cp_async_commit();
   };
-  stages_begin<kDecStages>(n_tiles, load_stage);
+  if (fused && !own) stages_begin<kDecStages>(n_tiles, load_stage);
+  if (fused) fused_prologue<D>(a, g, r, own, qs);
+  float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
+#pragma unroll
+  for (int h = 0; h < kHPW; ++h) {
+    const float* qrow = fused ? qs + (heads[h] - g * r) * fused_q_stride<D>() + lane * kPL
+                              : a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) {
+      qv[h][i] = qrow[i];
+      acc[h][i] = 0.0f;
+    }
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+  if (fused) __syncthreads();  // every warp has its q before the first stages_next refills qs
+  if (!fused || own) stages_begin<kDecStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
     const int st = it % kDecStages;
     stages_next<kDecStages>(it, n_tiles, load_stage);
@@ -519,6 +603,27 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The Q fragments (A of m16n8k16) of kKS k-steps from the fused prologue's f32 rows (qf, rows
+// of fused_q_stride floats, r of them; rows past r are zero), from column c0 on.
+template <int D, int kKS>
+__device__ __forceinline__ void mma_q_fragments_f32(const float* qf, int r, int qr, int qc, int c0,
+                                                    uint32_t (&qa)[kKS][4]) {
+  constexpr int kS = fused_q_stride<D>();
+  auto pair = [&](int row, int col) -> uint32_t {
+    if (row >= r) return 0u;
+    const float2 v = *reinterpret_cast<const float2*>(qf + row * kS + col);
+    return pack_half2(v.x, v.y);
+  };
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks) {
+    const int col = c0 + ks * 16 + qc;
+    qa[ks][0] = pair(qr, col);
+    qa[ks][1] = pair(qr + 8, col);
+    qa[ks][2] = pair(qr, col + 8);
+    qa[ks][3] = pair(qr + 8, col + 8);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel(AttnArgs a) {
   constexpr int kRowH = D + 8;          // halves per staged row
@@ -540,12 +645,40 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
     return;
   }
 
+  const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  constexpr int kChunks = D / 8;  // 16-byte pieces per row
+  auto load_stage = [&](int stage, int tile) {
+    const int k0 = kb + tile * kMmaKeys;
+    __half* ks = stage_base + static_cast<int64_t>(stage) * 2 * kMmaKeys * kRowH;
+    __half* vs = ks + kMmaKeys * kRowH;
+    for (int c = threadIdx.x; c < kMmaKeys * kChunks; c += kDecWarps * 32) {
+      const int kk = c / kChunks, off = (c % kChunks) * 8;
+      const int kp = k0 + kk;
+      const bool valid = kp < ke;
+      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
+      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
+      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+    }
+    cp_async_commit();
+  };
   // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8). The
   // block first stages the group's Q as f16 rows (zero past r) in stage 0's memory with
   // coalesced 16-byte loads, all in flight at once, so every warp then reads its fragments from
-  // shared memory (reading them from global memory was 256 scattered loads per lane).
+  // shared memory (reading them from global memory was 256 scattered loads per lane). With the
+  // prologue fused, the queries are computed in f32 into the last stage (free until the first
+  // stages_next) and the fragments built from there; the block that stores the token's key
+  // issues its copies after that store, the others before their prologue.
+  const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
+  if (fused && !own) stages_begin<kMmaStages>(n_tiles, load_stage);
   uint32_t qa[kKS][4];
-  {
+  if (fused) {
+    float* qf = reinterpret_cast<float*>(stage_base + (kMmaStages - 1) * 2 * kMmaKeys * kRowH);
+    fused_prologue<D>(a, g, r, own, qf);
+    mma_q_fragments_f32<D, kKS>(qf, r, qr, qc, 0, qa);
+    __syncthreads();  // the last stage is refilled by the first stages_next
+    if (own) stages_begin<kMmaStages>(n_tiles, load_stage);
+  } else {
     __half* qs = stage_base;  // [16][kRowH], inside stage 0 (2·16 rows)
     constexpr int kQLoads = kMmaKeys * D / 4 / (kDecWarps * 32);
     float4 v[kQLoads];
@@ -580,24 +713,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows qr, qr + 8
 
-  const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
-  const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
-  constexpr int kChunks = D / 8;  // 16-byte pieces per row
-  auto load_stage = [&](int stage, int tile) {
-    const int k0 = kb + tile * kMmaKeys;
-    __half* ks = stage_base + static_cast<int64_t>(stage) * 2 * kMmaKeys * kRowH;
-    __half* vs = ks + kMmaKeys * kRowH;
-    for (int c = threadIdx.x; c < kMmaKeys * kChunks; c += kDecWarps * 32) {
-      const int kk = c / kChunks, off = (c % kChunks) * 8;
-      const int kp = k0 + kk;
-      const bool valid = kp < ke;
-      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
-      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
-      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
-    }
-    cp_async_commit();
-  };
-  stages_begin<kMmaStages>(n_tiles, load_stage);
+  if (!fused) stages_begin<kMmaStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
     stages_next<kMmaStages>(it, n_tiles, load_stage);
     const __half* ks = stage_base + static_cast<int64_t>(it % kMmaStages) * 2 * kMmaKeys * kRowH;
@@ -746,9 +862,47 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
     return;
   }
 
-  // Q fragments of this warp's half of D, staged through stage 0 as in the form above.
+  const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
+  constexpr int kChunks = D / 8;  // 16-byte pieces per row
+  auto load_stage = [&](int stage, int tile) {
+    const int k0 = kb + tile * kMma2Keys;
+    __half* ks = stage_base + static_cast<int64_t>(stage) * kStageH;
+    __half* vs = ks + kMma2Keys * kRowH;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < kMma2Keys * kChunks; c += kDecWarps * 32) {
+      const int kk = c / kChunks, off = (c % kChunks) * 8;
+      const int kp = k0 + kk;
+      const bool valid = kp < ke;
+      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
+      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
+      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+    }
+    cp_async_commit();
+  };
+  // The stages_begin of this form (tiles 0 .. kStages-2).
+  auto begin = [&]() {
+#pragma unroll
+    for (int s0 = 0; s0 < kMma2Stages - 1; ++s0) {
+      if (s0 < n_tiles) {
+        load_stage(s0, s0);
+      } else {
+        cp_async_commit();
+      }
+    }
+  };
+  // Q fragments of this warp's part of D, staged through stage 0 as in the form above, or with
+  // the prologue fused built from the f32 queries in the last stage (as in the form above; the
+  // loop's first barrier comes before that stage is refilled).
+  const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
+  if (fused && !own) begin();
   uint32_t qa[kKSW][4];
-  {
+  if (fused) {
+    float* qf = reinterpret_cast<float*>(stage_base + (kMma2Stages - 1) * kStageH);
+    fused_prologue<D>(a, g, r, own, qf);
+    mma_q_fragments_f32<D, kKSW>(qf, r, qr, qc, dh * (D / kParts), qa);
+    if (own) begin();
+  } else {
     __half* qs = stage_base;  // [16][kRowH]
     constexpr int kQLoads = 16 * D / 4 / (kDecWarps * 32);
     float4 v[kQLoads];
@@ -783,32 +937,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows qr, qr + 8
 
-  const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
-  const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
-  constexpr int kChunks = D / 8;  // 16-byte pieces per row
-  auto load_stage = [&](int stage, int tile) {
-    const int k0 = kb + tile * kMma2Keys;
-    __half* ks = stage_base + static_cast<int64_t>(stage) * kStageH;
-    __half* vs = ks + kMma2Keys * kRowH;
-#pragma unroll 4
-    for (int c = threadIdx.x; c < kMma2Keys * kChunks; c += kDecWarps * 32) {
-      const int kk = c / kChunks, off = (c % kChunks) * 8;
-      const int kp = k0 + kk;
-      const bool valid = kp < ke;
-      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
-      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
-      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s0 = 0; s0 < kMma2Stages - 1; ++s0) {
-    if (s0 < n_tiles) {
-      load_stage(s0, s0);
-    } else {
-      cp_async_commit();
-    }
-  }
+  if (!fused) begin();
   for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<kMma2Stages - 2>();  // tile it has landed (this thread's copies)
     __syncthreads();                   // ... everyone's; and tile it - 1 is done with
@@ -1030,6 +1159,13 @@ bool attention_decode_uses_mma(const AttnArgs& a) {
   const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
   return attention_decode_supported(a) && a.f16 && (r == 8 || r == 16) &&
          (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
+}
+
+bool attention_fused_prologue_supported(const AttnArgs& a) {
+  if (!attention_decode_supported(a)) return false;
+  if (attention_decode_uses_mma(a)) return true;  // 16 rows of D + 4 floats fit one stage
+  const int r = a.n_heads / a.n_kv;
+  return r * (a.head_dim + 4) * 4 <= 2 * kDecTileBytes;  // the CUDA-core kernel's last stage
 }
 
 bool attention_decode_supported(const AttnArgs& a) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/decode_prologue.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace gem::cuda {
@@ -166,20 +167,6 @@ void launch_residual(float* x, const float* a, const float* w_post, const float*
   }
 }
 
-// Elements i and i + D/2 of kv head g at position pos into a cache (f32 or f16).
-__device__ __forceinline__ void store_cache(const KvDest& c, void* base, int g, int pos, int D,
-                                            int i, float a, float b) {
-  const int slot = c.ring ? pos % c.n_slots : pos;
-  const int64_t off = (static_cast<int64_t>(g) * c.n_slots + slot) * D;
-  if (c.f16) {
-    static_cast<__half*>(base)[off + i] = __float2half_rn(a);
-    static_cast<__half*>(base)[off + i + D / 2] = __float2half_rn(b);
-  } else {
-    static_cast<float*>(base)[off + i] = a;
-    static_cast<float*>(base)[off + i + D / 2] = b;
-  }
-}
-
 // One block per (token, head); thread i owns elements i and i + D/2 (the NeoX pair).
 __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int D, bool v_from_k,
                                     const float* q_norm, const float* k_norm, float eps,
@@ -195,9 +182,7 @@ __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int
   const int g = head - n_heads;
   const float* src = is_q ? row + head * D : row + (n_heads + g) * D;
   const bool act = i < half;
-  float a0 = act ? src[i] : 0.0f, a1 = act ? src[i + half] : 0.0f;
-  double sn = 0.0, cs = 1.0;
-  if (act) sincos(static_cast<double>(sp->pos0 + t) * inv_freq[i], &sn, &cs);
+  const float a0 = act ? src[i] : 0.0f, a1 = act ? src[i + half] : 0.0f;
   if (!is_q) {
     // V first: RMS₀ of the raw V projection (full layers: the raw K projection).
     const float* vsrc = v_from_k ? src : row + (n_heads + n_kv + g) * D;
@@ -215,10 +200,8 @@ __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int
   const float inv = rsqrtf(ss / D + eps);
   if (!act) return;
   const float* w = is_q ? q_norm : k_norm;
-  a0 = a0 * inv * w[i];
-  a1 = a1 * inv * w[i + half];
-  const float c = static_cast<float>(cs), s = static_cast<float>(sn);
-  const float r0 = a0 * c - a1 * s, r1 = a0 * s + a1 * c;
+  const float2 o = norm_rope_pair(a0, a1, inv, w[i], w[i + half], inv_freq[i], sp->pos0 + t);
+  const float r0 = o.x, r1 = o.y;
   float* dst = is_q ? q + (static_cast<int64_t>(t) * n_heads + head) * D
                     : k + (static_cast<int64_t>(t) * n_kv + g) * D;
   dst[i] = r0;
