@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU-machine session for the CUDA backend (run from the repository root on the device):
+# One GPU-machine session for the CUDA backend (run from the repository root on the device;
+# bench/cuda/make_device_dir.sh builds the .device/ folder it carries):
 #   bench/cuda/h200_run.sh [all|test|quick|dev|extra|build|sweep]
 # test: build, CUDA kernel + end-to-end tests on the tiny fixtures. quick: test, then the 12B's
 # decode figure (gem only). dev: the 12B's decode (PDL on/off), prefill, parity and an ncu

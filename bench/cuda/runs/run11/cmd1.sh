@@ -1,7 +1,8 @@
-# Run 11, call 1 (prepared in session 8, not run yet): tests (new in the kernel tests: the merge
-# in 32-element chunks, the early exit of empty decode splits); 12B/31B tg128 @ d0,4096,32768 per
-# line of sweep1_lines.txt (empty splits exit at once; fewer, longer decode splits; the merge in
-# 32-element chunks); then ncu of one 12B decode step's
+# Run 11, call 1 (prepared in session 8, not run yet; bench/cuda/make_device_dir.sh builds the
+# carried .device/: carry .device/deps and .device/shared): tests (new: the merge in 32-element
+# chunks, the early exit of empty decode splits, the prologue fused into the decode attention —
+# kernel test FusedPrologueMatchesSeparateKernels, backend test FusedPrologueDecodeMatchesOneTile);
+# 12B/31B tg128 @ d0,4096,32768 per line of sweep1_lines.txt; then ncu of one 12B decode step's
 # attention kernels at depth 32768 with the warp-stall, memory and occupancy sections (why the
 # sliding layers' attention moves 8.4 MB in 6.7 µs).
 SWEEP_FILE=bench/cuda/runs/run11/sweep1_lines.txt SWEEP_31B=1 SWEEP_DEPTHS=0,4096,32768 bash bench/cuda/h200_run.sh sweep > $OUT/run.log 2>&1

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds the ignored folder .device/ that the GPU-machine scripts carry (the GPU image lacks
+# gem's build dependencies and ../shared does not travel), from this machine's Debian packages
+# (scripts/setup.sh installs them) and npm:
+#   .device/deps       GTest/GMock, CLI11, nlohmann-json, cpp-httplib (+ brotli/openssl/zlib
+#                      headers its header includes, brotli runtime libraries), laid out as a prefix
+#   .device/shared     the fixtures' manifest, tokenizer and tolerances (the tiny models are
+#                      written on the GPU machine by gem synth)
+#   .device/trace      the CUPTI kernel-trace library (bench/cuda/kernel_trace.sh)
+#   .device/llama.cpp  llama.cpp's source at the fixtures' release (node-llama-cpp 3.22.1's
+#                      bundle), pruned of models, docs and other backends to fit a call's 64 MiB
+# Usage: bash bench/cuda/make_device_dir.sh [deps|shared|trace|llama|all] (default all).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+SHARED=${GEM_SHARED_DIR:-../shared}
+
+if [ "$what" = all ] || [ "$what" = deps ]; then
+  D=.device/deps
+  rm -rf $D && mkdir -p $D
+  for p in libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libcpp-httplib0.11; do
+    dpkg -L $p | grep "^/usr/" | while read -r f; do
+      { [ -f "$f" ] || [ -L "$f" ]; } || continue
+      case "$f" in */doc/*|/usr/src/*) continue ;; esac
+      rel=${f#/usr/}
+      mkdir -p "$D/$(dirname "$rel")"
+      cp -a "$f" "$D/$rel"
+    done
+  done
+  mkdir -p $D/lib/pkgconfig
+  # h200_run.sh rewrites the prefix; the private requirements' .pc files are not on that machine.
+  sed '/^Requires.private/d' $D/lib/x86_64-linux-gnu/pkgconfig/cpp-httplib.pc > $D/lib/pkgconfig/cpp-httplib.pc
+  cp -a $D/lib/x86_64-linux-gnu/libcpp-httplib* $D/lib/
+  cp -L /lib/x86_64-linux-gnu/libbrotli{common,dec,enc}.so.1 $D/lib/
+  cp -r /usr/include/brotli /usr/include/openssl $D/include/
+  cp /usr/include/x86_64-linux-gnu/openssl/* $D/include/openssl/
+  cp /usr/include/zlib.h /usr/include/zconf.h $D/include/ 2>/dev/null || true
+  [ -f /usr/include/x86_64-linux-gnu/zconf.h ] && cp /usr/include/x86_64-linux-gnu/zconf.h $D/include/
+  du -sh $D
+fi
+
+if [ "$what" = all ] || [ "$what" = shared ]; then
+  rm -rf .device/shared && mkdir -p .device/shared/fixtures
+  cp -r "$SHARED/fixtures/manifest.json" "$SHARED/fixtures/tolerances.json" "$SHARED/fixtures/tokenizer" \
+    .device/shared/fixtures/
+  du -sh .device/shared
+fi
+
+if [ "$what" = all ] || [ "$what" = trace ]; then
+  bash bench/cuda/kernel_trace.sh > /dev/null
+  du -sh .device/trace
+fi
+
+if [ "$what" = all ] || [ "$what" = llama ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent node-llama-cpp@3.22.1 > /dev/null && tar xzf node-llama-cpp-3.22.1.tgz &&
+   git clone -q package/llama/gitRelease.bundle llama.cpp)
+  rm -rf .device/llama.cpp && mkdir -p .device/llama.cpp
+  (cd "$tmp/llama.cpp" && git archive HEAD) | tar x -C .device/llama.cpp
+  rm -rf "$tmp"
+  L=.device/llama.cpp
+  rm -rf $L/models $L/docs $L/benches $L/media $L/gguf-py $L/conversion $L/scripts $L/.github \
+    $L/tools/ui $L/tests $L/examples/*/
+  for b in et metal hexagon sycl vulkan opencl cann musa kompute webgpu zdnn rpc blas openvino virtgpu; do
+    rm -rf $L/ggml/src/ggml-$b
+  done
+  du -sh $L
+fi
+echo "carry: .device/deps .device/shared (+ .device/trace for traces, .device/llama.cpp for 'all')"
