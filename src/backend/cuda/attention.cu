@@ -288,6 +288,22 @@ __device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int 
   }
 }
 
+// This decode block's key range [kb, ke) (its split's) and its tiles of kKeys keys. False when
+// the block is done already: an empty split with GEM_CUDA_ATTN_SKIP_EMPTY (parts written).
+template <int kKeys>
+__device__ __forceinline__ bool decode_block_keys(const AttnArgs& a, int g, int r, int split,
+                                                  int& kb, int& ke, int& n_tiles) {
+  const SplitRange range = decode_split_range(a, split);
+  kb = range.kb;
+  ke = range.ke;
+  n_tiles = kb < ke ? (ke - kb + kKeys - 1) / kKeys : 0;
+  if (n_tiles == 0 && a.skip_empty) {
+    write_empty_parts(a, g, r, split, a.head_dim);
+    return false;
+  }
+  return true;
+}
+
 // The prologue inside a decode block (a.qkv set; n = 1): the r query heads of KV head g
 // normalised and rotated into qs (shared memory, rows of D + 4 floats), and when `own` (this
 // block's key range holds the token's position) the token's k (norm, RoPE) and v (norm) of head
@@ -298,6 +314,24 @@ __device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int 
 template <int D>
 constexpr int fused_q_stride() {
   return D + 4;
+}
+
+// One warp's load of a head's row (D floats at src) as this lane's NeoX pairs (p, p + D/2),
+// p = lane + 32k (zeros past D/2); returns 1/rms of the row.
+template <int D>
+__device__ __forceinline__ float load_pairs_rms(const float* src, int lane, float eps,
+                                                float (&x0)[(D / 2 + 31) / 32],
+                                                float (&x1)[(D / 2 + 31) / 32]) {
+  constexpr int kHalf = D / 2;
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < (kHalf + 31) / 32; ++k) {
+    const int p = lane + 32 * k;
+    x0[k] = p < kHalf ? src[p] : 0.0f;
+    x1[k] = p < kHalf ? src[p + kHalf] : 0.0f;
+    ss += x0[k] * x0[k] + x1[k] * x1[k];
+  }
+  return rsqrtf(warp_sum(ss) / D + eps);
 }
 
 template <int D>
@@ -315,15 +349,7 @@ __device__ __forceinline__ void fused_prologue(const AttnArgs& a, int g, int r, 
     const bool is_q = u < r;
     const float* src = a.qkv + static_cast<int64_t>(is_q ? g * r + u : a.n_heads + g) * D;
     float x0[kPairs], x1[kPairs];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = lane + 32 * k;
-      x0[k] = p < kHalf ? src[p] : 0.0f;
-      x1[k] = p < kHalf ? src[p + kHalf] : 0.0f;
-      ss += x0[k] * x0[k] + x1[k] * x1[k];
-    }
-    const float inv = rsqrtf(warp_sum(ss) / D + a.eps);
+    const float inv = load_pairs_rms<D>(src, lane, a.eps, x0, x1);
     const float* w = is_q ? a.q_norm : a.k_norm;
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
@@ -340,15 +366,7 @@ __device__ __forceinline__ void fused_prologue(const AttnArgs& a, int g, int r, 
     if (is_q) continue;
     // V: RMS₀ of the raw V projection (full layers: the raw K projection).
     const float* vsrc = a.v_from_k ? src : a.qkv + static_cast<int64_t>(a.n_heads + a.n_kv + g) * D;
-    float ssv = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = lane + 32 * k;
-      x0[k] = p < kHalf ? vsrc[p] : 0.0f;
-      x1[k] = p < kHalf ? vsrc[p + kHalf] : 0.0f;
-      ssv += x0[k] * x0[k] + x1[k] * x1[k];
-    }
-    const float invv = rsqrtf(warp_sum(ssv) / D + a.eps);
+    const float invv = load_pairs_rms<D>(vsrc, lane, a.eps, x0, x1);
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       const int p = lane + 32 * k;
@@ -409,13 +427,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
 #pragma unroll
   for (int h = 0; h < kHPW; ++h) heads[h] = g * r + (wide ? warp + kDecWarps * h : warp % r);
   pdl_wait();
-  const SplitRange range = decode_split_range(a, split);
-  const int kb = range.kb, ke = range.ke;  // keys [kb, ke)
-  const int n_tiles = kb < ke ? (ke - kb + kKT - 1) / kKT : 0;
-  if (n_tiles == 0 && a.skip_empty) {
-    write_empty_parts(a, g, r, split, D);
-    return;
-  }
+  int kb, ke, n_tiles;  // keys [kb, ke)
+  if (!decode_block_keys<kKT>(a, g, r, split, kb, ke, n_tiles)) return;
 
   // The fused prologue's queries live in the last stage until the first refill of it.
   const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
@@ -603,6 +616,121 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The Q fragments (A of m16n8k16, row-major: rows qr and qr + 8, columns qc, qc + 1 (+ 8)) of
+// kKS k-steps from column c0 on, from the prologue's q in global memory. The block first stages
+// the group's Q as f16 rows (zero past r) in qs ([16][kRowH] halves of shared memory) with
+// coalesced 16-byte loads, all in flight at once, so every warp then reads its fragments from
+// shared memory (reading them from global memory was 256 scattered loads per lane). Block-wide,
+// with a barrier at the end (qs is free again).
+template <int D, int kKS>
+__device__ __forceinline__ void mma_q_fragments_staged(const AttnArgs& a, int g, int r, int qr,
+                                                       int qc, int c0, __half* qs,
+                                                       uint32_t (&qa)[kKS][4]) {
+  constexpr int kRowH = D + 8;
+  constexpr int kQLoads = 16 * D / 4 / (kDecWarps * 32);
+  float4 v[kQLoads];
+#pragma unroll
+  for (int u = 0; u < kQLoads; ++u) {
+    const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
+    // A plain load (the prologue wrote q; a non-coherent one may be hoisted above pdl_wait).
+    v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
+                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int u = 0; u < kQLoads; ++u) {
+    const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(qs + row * kRowH + 4 * c4);
+    dst[0] = pack_half2(v[u].x, v[u].y);
+    dst[1] = pack_half2(v[u].z, v[u].w);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks) {
+    const __half* q0 = qs + qr * kRowH + c0 + ks * 16 + qc;
+    const __half* q8 = q0 + 8 * kRowH;
+    qa[ks][0] = *reinterpret_cast<const uint32_t*>(q0);
+    qa[ks][1] = *reinterpret_cast<const uint32_t*>(q8);
+    qa[ks][2] = *reinterpret_cast<const uint32_t*>(q0 + 8);
+    qa[ks][3] = *reinterpret_cast<const uint32_t*>(q8 + 8);
+  }
+  __syncthreads();  // qs's stage is filled next
+}
+
+// One tile of kKeys keys from k0 (K rows into ks, V rows into vs, kRowH-half rows; keys at or
+// past ke zero-filled) as one cp.async group.
+template <int D, int kKeys>
+__device__ __forceinline__ void mma_load_tile(const AttnArgs& a, const __half* kc,
+                                              const __half* vc, __half* ks, __half* vs, int k0,
+                                              int ke) {
+  constexpr int kRowH = D + 8;
+  constexpr int kChunks = D / 8;  // 16-byte pieces per row
+#pragma unroll 4
+  for (int c = threadIdx.x; c < kKeys * kChunks; c += kDecWarps * 32) {
+    const int kk = c / kChunks, off = (c % kChunks) * 8;
+    const int kp = k0 + kk;
+    const bool valid = kp < ke;
+    const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
+    cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
+    cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+  }
+  cp_async_commit();
+}
+
+// The online softmax's step for a tile of the tensor-core forms: the rows' running maxima m0/m1
+// (rows qr, qr + 8) become mx0/mx1 (this lane's maxima over the tile and the old ones, reduced
+// here over the row's four lanes), and the sums l0/l1 and the accumulators are rescaled by
+// exp(old - new).
+template <int kNB>
+__device__ __forceinline__ void mma_softmax_rescale(float mx0, float mx1, float& m0, float& m1,
+                                                    float& l0, float& l1, float (&acc)[kNB][4]) {
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+  }
+  const float c0 = expf(m0 - mx0), c1 = expf(m1 - mx1);
+  m0 = mx0;
+  m1 = mx1;
+  l0 *= c0;
+  l1 *= c1;
+#pragma unroll
+  for (int j = 0; j < kNB; ++j) {
+    acc[j][0] *= c0;
+    acc[j][1] *= c0;
+    acc[j][2] *= c1;
+    acc[j][3] *= c1;
+  }
+}
+
+// The parts (m, l, this warp's D/8 output columns) of the group's rows qr and qr + 8 (those
+// below r) for this split; l0/l1 are this lane's sums, reduced over the row's four lanes here.
+template <int D, int kNB>
+__device__ __forceinline__ void mma_write_parts(const AttnArgs& a, int g, int r, int split,
+                                                int qr, int qc, float m0, float m1, float l0,
+                                                float l1, const float (&acc)[kNB][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = qr + 8 * half;
+    if (row >= r) continue;
+    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
+    if (warp == 0 && (lane & 3) == 0) {
+      part[0] = half ? m1 : m0;
+      part[1] = half ? l1 : l0;
+    }
+#pragma unroll
+    for (int j = 0; j < kNB; ++j) {
+      const int col = warp * (D / kDecWarps) + j * 8 + qc;
+      *reinterpret_cast<float2*>(part + 2 + col) = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
+    }
+  }
+}
+
 // The Q fragments (A of m16n8k16) of kKS k-steps from the fused prologue's f32 rows (qf, rows
 // of fused_q_stride floats, r of them; rows past r are zero), from column c0 on.
 template <int D, int kKS>
@@ -637,38 +765,19 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const int g = blockIdx.x, split = blockIdx.y;
   const int qr = lane >> 2, qc = 2 * (lane & 3);  // fragment row and column pair
   pdl_wait();
-  const SplitRange range = decode_split_range(a, split);
-  const int kb = range.kb, ke = range.ke;
-  const int n_tiles = kb < ke ? (ke - kb + kMmaKeys - 1) / kMmaKeys : 0;
-  if (n_tiles == 0 && a.skip_empty) {
-    write_empty_parts(a, g, r, split, D);
-    return;
-  }
+  int kb, ke, n_tiles;  // keys [kb, ke)
+  if (!decode_block_keys<kMmaKeys>(a, g, r, split, kb, ke, n_tiles)) return;
 
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
-  constexpr int kChunks = D / 8;  // 16-byte pieces per row
   auto load_stage = [&](int stage, int tile) {
-    const int k0 = kb + tile * kMmaKeys;
     __half* ks = stage_base + static_cast<int64_t>(stage) * 2 * kMmaKeys * kRowH;
-    __half* vs = ks + kMmaKeys * kRowH;
-    for (int c = threadIdx.x; c < kMmaKeys * kChunks; c += kDecWarps * 32) {
-      const int kk = c / kChunks, off = (c % kChunks) * 8;
-      const int kp = k0 + kk;
-      const bool valid = kp < ke;
-      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
-      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
-      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
-    }
-    cp_async_commit();
+    mma_load_tile<D, kMmaKeys>(a, kc, vc, ks, ks + kMmaKeys * kRowH, kb + tile * kMmaKeys, ke);
   };
-  // Q fragments (A of m16n8k16, row-major): rows qr and qr + 8, columns qc, qc + 1 (+ 8). The
-  // block first stages the group's Q as f16 rows (zero past r) in stage 0's memory with
-  // coalesced 16-byte loads, all in flight at once, so every warp then reads its fragments from
-  // shared memory (reading them from global memory was 256 scattered loads per lane). With the
-  // prologue fused, the queries are computed in f32 into the last stage (free until the first
-  // stages_next) and the fragments built from there; the block that stores the token's key
-  // issues its copies after that store, the others before their prologue.
+  // Q fragments: from the prologue's q staged through stage 0, or with the prologue fused from
+  // the f32 queries it computes into the last stage (free until the first stages_next); the
+  // block that stores the token's key issues its copies after that store, the others before
+  // their prologue.
   const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
   if (fused && !own) stages_begin<kMmaStages>(n_tiles, load_stage);
   uint32_t qa[kKS][4];
@@ -679,34 +788,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
     __syncthreads();  // the last stage is refilled by the first stages_next
     if (own) stages_begin<kMmaStages>(n_tiles, load_stage);
   } else {
-    __half* qs = stage_base;  // [16][kRowH], inside stage 0 (2·16 rows)
-    constexpr int kQLoads = kMmaKeys * D / 4 / (kDecWarps * 32);
-    float4 v[kQLoads];
-#pragma unroll
-    for (int u = 0; u < kQLoads; ++u) {
-      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
-      // A plain load (the prologue wrote q; a non-coherent one may be hoisted above pdl_wait).
-      v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
-                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int u = 0; u < kQLoads; ++u) {
-      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
-      uint32_t* dst = reinterpret_cast<uint32_t*>(qs + row * kRowH + 4 * c4);
-      dst[0] = pack_half2(v[u].x, v[u].y);
-      dst[1] = pack_half2(v[u].z, v[u].w);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) {
-      const __half* q0 = qs + qr * kRowH + ks * 16 + qc;
-      const __half* q8 = q0 + 8 * kRowH;
-      qa[ks][0] = *reinterpret_cast<const uint32_t*>(q0);
-      qa[ks][1] = *reinterpret_cast<const uint32_t*>(q8);
-      qa[ks][2] = *reinterpret_cast<const uint32_t*>(q0 + 8);
-      qa[ks][3] = *reinterpret_cast<const uint32_t*>(q8 + 8);
-    }
-    __syncthreads();  // stage 0 is filled next
+    mma_q_fragments_staged<D, kKS>(a, g, r, qr, qc, 0, stage_base, qa);
   }
   float acc[kNB][4];
 #pragma unroll
@@ -744,23 +826,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
         mx1 = fmaxf(mx1, sc[nb][2 + e]);
       }
     }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-    }
-    const float c0 = expf(m0 - mx0), c1 = expf(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= c0;
-    l1 *= c1;
-#pragma unroll
-    for (int j = 0; j < kNB; ++j) {
-      acc[j][0] *= c0;
-      acc[j][1] *= c0;
-      acc[j][2] *= c1;
-      acc[j][3] *= c1;
-    }
+    mma_softmax_rescale<kNB>(mx0, mx1, m0, m1, l0, l1, acc);
     float pr[2][4];
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
@@ -789,28 +855,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
     }
     __syncthreads();  // the stage is refilled next iteration
   }
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
-  }
-  // Parts of the group's r heads: rows qr (and qr + 8 when r = 16).
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = qr + 8 * half;
-    if (row >= r) continue;
-    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
-    if (warp == 0 && (lane & 3) == 0) {
-      part[0] = half ? m1 : m0;
-      part[1] = half ? l1 : l0;
-    }
-#pragma unroll
-    for (int j = 0; j < kNB; ++j) {
-      const int col = warp * (D / kDecWarps) + j * 8 + qc;
-      part[2 + col] = acc[j][2 * half];
-      part[2 + col + 1] = acc[j][2 * half + 1];
-    }
-  }
+  mma_write_parts<D, kNB>(a, g, r, split, qr, qc, m0, m1, l0, l1, acc);
 }
 
 // The split form (GEM_CUDA_ATTN_MMA=2; by default for long key ranges): tiles of kMma2Keys (16 or 32) keys, and
@@ -854,31 +899,14 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   const int g = blockIdx.x, split = blockIdx.y;
   const int qr = lane >> 2, qc = 2 * (lane & 3);
   pdl_wait();
-  const SplitRange range = decode_split_range(a, split);
-  const int kb = range.kb, ke = range.ke;
-  const int n_tiles = kb < ke ? (ke - kb + kMma2Keys - 1) / kMma2Keys : 0;
-  if (n_tiles == 0 && a.skip_empty) {
-    write_empty_parts(a, g, r, split, D);
-    return;
-  }
+  int kb, ke, n_tiles;  // keys [kb, ke)
+  if (!decode_block_keys<kMma2Keys>(a, g, r, split, kb, ke, n_tiles)) return;
 
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
-  constexpr int kChunks = D / 8;  // 16-byte pieces per row
   auto load_stage = [&](int stage, int tile) {
-    const int k0 = kb + tile * kMma2Keys;
     __half* ks = stage_base + static_cast<int64_t>(stage) * kStageH;
-    __half* vs = ks + kMma2Keys * kRowH;
-#pragma unroll 4
-    for (int c = threadIdx.x; c < kMma2Keys * kChunks; c += kDecWarps * 32) {
-      const int kk = c / kChunks, off = (c % kChunks) * 8;
-      const int kp = k0 + kk;
-      const bool valid = kp < ke;
-      const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
-      cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
-      cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
-    }
-    cp_async_commit();
+    mma_load_tile<D, kMma2Keys>(a, kc, vc, ks, ks + kMma2Keys * kRowH, kb + tile * kMma2Keys, ke);
   };
   // The stages_begin of this form (tiles 0 .. kStages-2).
   auto begin = [&]() {
@@ -903,34 +931,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
     mma_q_fragments_f32<D, kKSW>(qf, r, qr, qc, dh * (D / kParts), qa);
     if (own) begin();
   } else {
-    __half* qs = stage_base;  // [16][kRowH]
-    constexpr int kQLoads = 16 * D / 4 / (kDecWarps * 32);
-    float4 v[kQLoads];
-#pragma unroll
-    for (int u = 0; u < kQLoads; ++u) {
-      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
-      // A plain load (the prologue wrote q; a non-coherent one may be hoisted above pdl_wait).
-      v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
-                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int u = 0; u < kQLoads; ++u) {
-      const int i = threadIdx.x + u * kDecWarps * 32, row = i / (D / 4), c4 = i % (D / 4);
-      uint32_t* dst = reinterpret_cast<uint32_t*>(qs + row * kRowH + 4 * c4);
-      dst[0] = pack_half2(v[u].x, v[u].y);
-      dst[1] = pack_half2(v[u].z, v[u].w);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < kKSW; ++ks) {
-      const __half* q0 = qs + qr * kRowH + dh * (D / kParts) + ks * 16 + qc;
-      const __half* q8 = q0 + 8 * kRowH;
-      qa[ks][0] = *reinterpret_cast<const uint32_t*>(q0);
-      qa[ks][1] = *reinterpret_cast<const uint32_t*>(q8);
-      qa[ks][2] = *reinterpret_cast<const uint32_t*>(q0 + 8);
-      qa[ks][3] = *reinterpret_cast<const uint32_t*>(q8 + 8);
-    }
-    __syncthreads();  // stage 0 is filled next
+    mma_q_fragments_staged<D, kKSW>(a, g, r, qr, qc, dh * (D / kParts), stage_base, qa);
   }
   float acc[kNB][4];
 #pragma unroll
@@ -998,23 +999,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
         mx1 = fmaxf(mx1, fmaxf(sc[ks2][nb][2], sc[ks2][nb][3]));
       }
     }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-    }
-    const float c0 = expf(m0 - mx0), c1 = expf(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= c0;
-    l1 *= c1;
-#pragma unroll
-    for (int j = 0; j < kNB; ++j) {
-      acc[j][0] *= c0;
-      acc[j][1] *= c0;
-      acc[j][2] *= c1;
-      acc[j][3] *= c1;
-    }
+    mma_softmax_rescale<kNB>(mx0, mx1, m0, m1, l0, l1, acc);
 #pragma unroll
     for (int ks2 = 0; ks2 < kKS2; ++ks2) {
       float pr[2][4];
@@ -1045,26 +1030,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
       }
     }
   }
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = qr + 8 * half;
-    if (row >= r) continue;
-    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
-    if (warp == 0 && (lane & 3) == 0) {
-      part[0] = half ? m1 : m0;
-      part[1] = half ? l1 : l0;
-    }
-#pragma unroll
-    for (int j = 0; j < kNB; ++j) {
-      const int col = warp * (D / kDecWarps) + j * 8 + qc;
-      *reinterpret_cast<float2*>(part + 2 + col) = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
-    }
-  }
+  mma_write_parts<D, kNB>(a, g, r, split, qr, qc, m0, m1, l0, l1, acc);
 }
 
 // GEM_CUDA_ATTN_MMA2_SHAPE: keys per tile × stages of the split form: 0 = 16×3 (~100 KB of
