@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -190,15 +191,26 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
-// The 110-token prompt decoded token by token on a backend made under the given environment
-// settings matches the one-tile prompt at every position, twice (the captured graphs are reused
-// after reset()).
+// Environment settings for the life of a scope (some are read at load, some when a decode
+// graph is captured).
+struct ScopedEnv {
+  std::vector<std::pair<const char*, const char*>> vars;
+  explicit ScopedEnv(std::vector<std::pair<const char*, const char*>> v) : vars(std::move(v)) {
+    for (const auto& [k, val] : vars) setenv(k, val, 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, val] : vars) unsetenv(k);
+  }
+};
+
+// The 110-token prompt decoded token by token on a backend made and run under the given
+// environment settings matches the one-tile prompt at every position, twice (the captured graphs
+// are reused after reset()).
 void decode_matches_one_tile(const std::vector<std::pair<const char*, const char*>>& env) {
   const std::string path = test::fixture("tiny-q4_0.gguf");
   GEM_REQUIRE_FIXTURE(path);
-  for (const auto& [k, v] : env) setenv(k, v, 1);
+  const ScopedEnv scoped(env);
   Pair a = make_pair(path, model::KvType::kF16, 256, 256);
-  for (const auto& [k, v] : env) unsetenv(k);
   ASSERT_TRUE(a.gpu);
   const auto tokens = prompt_tokens("long");
   ASSERT_GT(tokens.size(), 64u);
