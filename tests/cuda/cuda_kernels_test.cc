@@ -559,7 +559,10 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
   // and the bound for P's rounding below. The decode takes that form for f16 caches with 8 or
   // 16 heads per KV head.
   const int r = H / G;
-  const bool mma = path == AttnPath::kDecode && f16 && (r == 8 || r == 16) && (D == 256 || D == 512);
+  const char* small = std::getenv("GEM_CUDA_ATTN_MMA_SMALL");
+  const bool small_on = small != nullptr && small[0] != '\0' && small[0] != '0';
+  const bool mma = path == AttnPath::kDecode && f16 &&
+                   (r == 8 || r == 16 || (small_on && (r == 2 || r == 4))) && (D == 256 || D == 512);
   const bool exact = path == AttnPath::kPrefill || mma;
   auto kc = exact ? grid_values(cache_elems, 16, 1.0f) : randn(cache_elems);
   auto vc = exact ? grid_values(cache_elems, 16, 1.0f) : randn(cache_elems);
@@ -727,6 +730,19 @@ void check_decode_cases() {
     check_attention(16, 2, 256, 1024, 1024, true, 3000, 1, 33, P);  // r = 8 on a wrapped ring
     unsetenv("GEM_CUDA_ATTN_MMA");
   }
+  // Groups of 2 and 4 heads (the sliding layers) on the tensor-core forms
+  // (GEM_CUDA_ATTN_MMA_SMALL=1): rows past r are zero.
+  setenv("GEM_CUDA_ATTN_MMA_SMALL", "1", 1);
+  for (const char* form : {"1", "2:0", "2:2"}) {
+    setenv("GEM_CUDA_ATTN_MMA2_SHAPE", form[0] == '2' ? form + 2 : "0", 1);
+    setenv("GEM_CUDA_ATTN_MMA", form[0] == '2' ? "2" : "1", 1);
+    SCOPED_TRACE(std::string("small groups, tensor-core form ") + form);
+    check_attention(16, 8, 256, 1024, 1024, true, 5000, 1, 33, P);   // 12B sliding, wrapped
+    check_attention(32, 16, 256, 1024, 1024, true, 700, 1, 17, P);   // 31B sliding, not full
+    check_attention(16, 4, 512, 0, 3000, true, 2500, 1, 40, P);      // r = 4, D = 512
+  }
+  unsetenv("GEM_CUDA_ATTN_MMA");
+  unsetenv("GEM_CUDA_ATTN_MMA_SMALL");
   unsetenv("GEM_CUDA_ATTN_MMA2_SHAPE");
   // The merge in 32-element chunks (twice the blocks of the default 64).
   setenv("GEM_CUDA_MERGE_CHUNK", "32", 1);

@@ -1121,9 +1121,14 @@ void attention_setup() {
   mma2_setup<512>();
 }
 
+// Groups of 8 or 16 heads fill the tensor-core forms' 16 rows well; GEM_CUDA_ATTN_MMA_SMALL=1
+// also puts groups of 2 and 4 (the sliding layers) on them, rows past r zero (off until
+// measured on the GPU; read at every launch, so the kernel tests run both).
 bool attention_decode_uses_mma(const AttnArgs& a) {
   const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
-  return attention_decode_supported(a) && a.f16 && (r == 8 || r == 16) &&
+  const bool group = r == 8 || r == 16 ||
+                     ((r == 2 || r == 4) && env_flag("GEM_CUDA_ATTN_MMA_SMALL", false));
+  return attention_decode_supported(a) && a.f16 && group &&
          (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
 }
 

@@ -240,8 +240,8 @@ void attention(const AttnArgs& a, cudaStream_t s);
 // Whether attention() takes the decode kernel for these arguments (n = 1, tile_in_cache, a
 // group of 1, 2, 4, 8 or 16 heads per KV head).
 bool attention_decode_supported(const AttnArgs& a);
-// Whether that decode takes a tensor-core form (f16 cache, 8 or 16 heads per KV head, D 256
-// or 512; GEM_CUDA_ATTN_MMA=0 turns them off).
+// Whether that decode takes a tensor-core form (f16 cache, 8 or 16 heads per KV head — also 2
+// or 4 with GEM_CUDA_ATTN_MMA_SMALL=1 —, D 256 or 512; GEM_CUDA_ATTN_MMA=0 turns them off).
 bool attention_decode_uses_mma(const AttnArgs& a);
 // Whether that decode can take the prologue itself (a.qkv): the decode kernel's cases with the
 // group's queries fitting one stage of its shared memory (all but r·(D + 4) > 4096 floats on the
