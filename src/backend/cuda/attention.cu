@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -24,12 +25,24 @@ constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge co
 // (while faster per launch: 23.8 vs 41.9 µs at depth 32768 without PDL). GEM_CUDA_ATTN_MMA=1 or
 // 2 forces a form, =0 the CUDA-core decode kernel. Read at every launch (a decode graph's
 // capture), like the split form's shape below, so that the kernel tests can run each.
+// GEM_CUDA_ATTN_MMA as 0, 1 or 2; -1 when unset (or not one of those: said once on stderr).
+int forced_mma_form() {
+  const char* e = std::getenv("GEM_CUDA_ATTN_MMA");
+  if (e == nullptr || e[0] == '\0') return -1;
+  if ((e[0] == '0' || e[0] == '1' || e[0] == '2') && e[1] == '\0') return e[0] - '0';
+  static bool said = false;
+  if (!said) {
+    std::fprintf(stderr, "gem: GEM_CUDA_ATTN_MMA=\"%s\" is not 0, 1 or 2; using the default rule\n", e);
+    said = true;
+  }
+  return -1;
+}
 int mma_form(const AttnArgs& a) {
-  const int forced = env_int("GEM_CUDA_ATTN_MMA", -1, 0, 2);
+  const int forced = forced_mma_form();
   if (forced >= 0) return forced;
   return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 16384, 0, 1 << 30) ? 2 : 1;
 }
-bool mma_disabled() { return env_int("GEM_CUDA_ATTN_MMA", -1, 0, 2) == 0; }
+bool mma_disabled() { return forced_mma_form() == 0; }
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
