@@ -755,14 +755,18 @@ void check_decode_cases() {
 
 TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
   REQUIRE_GPU();
-  // With and without the early exit of empty splits (GEM_CUDA_ATTN_SKIP_EMPTY): the short
-  // ranges leave most splits empty.
-  for (const char* skip : {"0", "1"}) {
+  // With and without the early exit of empty splits (GEM_CUDA_ATTN_SKIP_EMPTY: the short
+  // ranges leave most splits empty), and with the first K/V copies issued before or after
+  // pdl_wait (GEM_CUDA_ATTN_EARLY_KV; the queries then share no stage with them).
+  const char* settings[][2] = {{"0", "1"}, {"1", "1"}, {"0", "0"}};
+  for (const auto& [skip, early] : settings) {
     setenv("GEM_CUDA_ATTN_SKIP_EMPTY", skip, 1);
-    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip);
+    setenv("GEM_CUDA_ATTN_EARLY_KV", early, 1);
+    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip + " GEM_CUDA_ATTN_EARLY_KV=" + early);
     check_decode_cases();
   }
   unsetenv("GEM_CUDA_ATTN_SKIP_EMPTY");
+  unsetenv("GEM_CUDA_ATTN_EARLY_KV");
 }
 
 // The prologue inside the decode kernel (AttnArgs::qkv, GEM_CUDA_FUSED_PROLOGUE) against
@@ -852,9 +856,11 @@ void check_fused_prologue(int H, int G, int D, int window, int n_slots, bool f16
 
 TEST(CudaAttention, FusedPrologueMatchesSeparateKernels) {
   REQUIRE_GPU();
-  for (const char* skip : {"0", "1"}) {
+  const char* settings[][2] = {{"0", "1"}, {"1", "1"}, {"0", "0"}};
+  for (const auto& [skip, early] : settings) {
     setenv("GEM_CUDA_ATTN_SKIP_EMPTY", skip, 1);
-    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip);
+    setenv("GEM_CUDA_ATTN_EARLY_KV", early, 1);
+    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip + " GEM_CUDA_ATTN_EARLY_KV=" + early);
     check_fused_prologue(16, 8, 256, 1024, 1024, true, 5000, 33, false);  // 12B sliding, wrapped
     check_fused_prologue(16, 8, 256, 1024, 1024, false, 700, 33, false);  // f32, ring not full
     check_fused_prologue(32, 16, 256, 1024, 1024, true, 0, 17, false);    // 31B sliding, first token
@@ -875,6 +881,7 @@ TEST(CudaAttention, FusedPrologueMatchesSeparateKernels) {
     unsetenv("GEM_CUDA_ATTN_MMA2_SHAPE");
   }
   unsetenv("GEM_CUDA_ATTN_SKIP_EMPTY");
+  unsetenv("GEM_CUDA_ATTN_EARLY_KV");
 }
 
 TEST(CudaAttention, PrefillOnTensorCores) {

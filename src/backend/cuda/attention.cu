@@ -301,20 +301,26 @@ __device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int 
   }
 }
 
-// This decode block's key range [kb, ke) (its split's) and its tiles of kKeys keys. False when
-// the block is done already: an empty split with GEM_CUDA_ATTN_SKIP_EMPTY (parts written).
+// This decode block's key range [kb, ke) (its split's) and its tiles of kKeys keys. Reads only
+// the step's position (copied from the host before the graph), so it may run before pdl_wait.
 template <int kKeys>
-__device__ __forceinline__ bool decode_block_keys(const AttnArgs& a, int g, int r, int split,
-                                                  int& kb, int& ke, int& n_tiles) {
+__device__ __forceinline__ void decode_block_range(const AttnArgs& a, int split, int& kb, int& ke,
+                                                   int& n_tiles) {
   const SplitRange range = decode_split_range(a, split);
   kb = range.kb;
   ke = range.ke;
   n_tiles = kb < ke ? (ke - kb + kKeys - 1) / kKeys : 0;
+}
+
+// After pdl_wait: true when the block is done already, an empty split with
+// GEM_CUDA_ATTN_SKIP_EMPTY (parts written).
+__device__ __forceinline__ bool empty_split_done(const AttnArgs& a, int g, int r, int split,
+                                                 int n_tiles) {
   if (n_tiles == 0 && a.skip_empty) {
     write_empty_parts(a, g, r, split, a.head_dim);
-    return false;
+    return true;
   }
-  return true;
+  return false;
 }
 
 // The prologue inside a decode block (a.qkv set; n = 1): the r query heads of KV head g
@@ -389,10 +395,26 @@ __device__ __forceinline__ void fused_prologue(const AttnArgs& a, int g, int r, 
   __syncthreads();
 }
 
-// Whether this decode block's key range [kb, ke) holds the token's own position (its key is
-// stored by this block when the prologue is fused).
-__device__ __forceinline__ bool owns_token(const AttnArgs& a, int kb, int ke) {
-  return a.qkv != nullptr && kb <= a.sp->pos0 && a.sp->pos0 < ke;
+// Whether this decode block's key range [kb, ke) holds the token's own position, whose key this
+// step stores (the prologue kernel, or this block when the prologue is fused).
+__device__ __forceinline__ bool holds_token(const AttnArgs& a, int kb, int ke) {
+  return kb <= a.sp->pos0 && a.sp->pos0 < ke;
+}
+
+// When a decode block issues the copies of its first tiles (stages_begin):
+//  - kEarly: before pdl_wait. Its range does not hold the token's position, so every key it
+//    reads was stored by an earlier step (no kernel of this step writes it): under PDL the block
+//    is resident while the prologue (and the product before it) still run, and its first K/V
+//    bytes are in flight then (AttnArgs::early_kv, GEM_CUDA_ATTN_EARLY_KV);
+//  - kAfterWait: right after pdl_wait (and the empty-split exit);
+//  - kAfterPrologue: the fused prologue's block that stores the token's K/V, after that store.
+// The queries never share a stage with these tiles: they are staged through the last stage,
+// which stages_begin leaves free.
+enum class KvStart { kEarly, kAfterWait, kAfterPrologue };
+__device__ __forceinline__ KvStart kv_start(const AttnArgs& a, int kb, int ke) {
+  const bool own = holds_token(a, kb, ke);
+  if (own) return a.qkv != nullptr ? KvStart::kAfterPrologue : KvStart::kAfterWait;
+  return a.early_kv ? KvStart::kEarly : KvStart::kAfterWait;
 }
 
 // The cp.async schedule of the decode kernels, kStages deep: stages_begin requests tiles
@@ -439,12 +461,11 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   int heads[kHPW];
 #pragma unroll
   for (int h = 0; h < kHPW; ++h) heads[h] = g * r + (wide ? warp + kDecWarps * h : warp % r);
-  pdl_wait();
   int kb, ke, n_tiles;  // keys [kb, ke)
-  if (!decode_block_keys<kKT>(a, g, r, split, kb, ke, n_tiles)) return;
-
+  decode_block_range<kKT>(a, split, kb, ke, n_tiles);
+  const bool fused = a.qkv != nullptr;
+  const KvStart start = kv_start(a, kb, ke);
   // The fused prologue's queries live in the last stage until the first refill of it.
-  const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
   float* qs = reinterpret_cast<float*>(smem[kDecStages - 1]);
   const unsigned char* kc = static_cast<const unsigned char*>(a.k_cache) +
                             static_cast<int64_t>(g) * a.n_slots * kRow;
@@ -462,8 +483,11 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     }
     cp_async_commit();
   };
-  if (fused && !own) stages_begin<kDecStages>(n_tiles, load_stage);
-  if (fused) fused_prologue<D>(a, g, r, own, qs);
+  if (start == KvStart::kEarly) stages_begin<kDecStages>(n_tiles, load_stage);
+  pdl_wait();
+  if (empty_split_done(a, g, r, split, n_tiles)) return;
+  if (start == KvStart::kAfterWait) stages_begin<kDecStages>(n_tiles, load_stage);
+  if (fused) fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qs);
   float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
 #pragma unroll
   for (int h = 0; h < kHPW; ++h) {
@@ -478,7 +502,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     l[h] = 0.0f;
   }
   if (fused) __syncthreads();  // every warp has its q before the first stages_next refills qs
-  if (!fused || own) stages_begin<kDecStages>(n_tiles, load_stage);
+  if (start == KvStart::kAfterPrologue) stages_begin<kDecStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
     const int st = it % kDecStages;
     stages_next<kDecStages>(it, n_tiles, load_stage);
@@ -777,38 +801,38 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const int r = a.n_heads / a.n_kv;
   const int g = blockIdx.x, split = blockIdx.y;
   const int qr = lane >> 2, qc = 2 * (lane & 3);  // fragment row and column pair
-  pdl_wait();
   int kb, ke, n_tiles;  // keys [kb, ke)
-  if (!decode_block_keys<kMmaKeys>(a, g, r, split, kb, ke, n_tiles)) return;
-
+  decode_block_range<kMmaKeys>(a, split, kb, ke, n_tiles);
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   auto load_stage = [&](int stage, int tile) {
     __half* ks = stage_base + static_cast<int64_t>(stage) * 2 * kMmaKeys * kRowH;
     mma_load_tile<D, kMmaKeys>(a, kc, vc, ks, ks + kMmaKeys * kRowH, kb + tile * kMmaKeys, ke);
   };
-  // Q fragments: from the prologue's q staged through stage 0, or with the prologue fused from
-  // the f32 queries it computes into the last stage (free until the first stages_next); the
-  // block that stores the token's key issues its copies after that store, the others before
-  // their prologue.
-  const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
-  if (fused && !own) stages_begin<kMmaStages>(n_tiles, load_stage);
+  // Q fragments go through the last stage (free until the first stages_next): from the
+  // prologue's q, or with the prologue fused from the f32 queries it computes there.
+  const bool fused = a.qkv != nullptr;
+  const KvStart start = kv_start(a, kb, ke);
+  if (start == KvStart::kEarly) stages_begin<kMmaStages>(n_tiles, load_stage);
+  pdl_wait();
+  if (empty_split_done(a, g, r, split, n_tiles)) return;
+  if (start == KvStart::kAfterWait) stages_begin<kMmaStages>(n_tiles, load_stage);
+  __half* q_stage = stage_base + (kMmaStages - 1) * 2 * kMmaKeys * kRowH;
   uint32_t qa[kKS][4];
   if (fused) {
-    float* qf = reinterpret_cast<float*>(stage_base + (kMmaStages - 1) * 2 * kMmaKeys * kRowH);
-    fused_prologue<D>(a, g, r, own, qf);
+    float* qf = reinterpret_cast<float*>(q_stage);
+    fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qf);
     mma_q_fragments_f32<D, kKS>(qf, r, qr, qc, 0, qa);
     __syncthreads();  // the last stage is refilled by the first stages_next
-    if (own) stages_begin<kMmaStages>(n_tiles, load_stage);
+    if (start == KvStart::kAfterPrologue) stages_begin<kMmaStages>(n_tiles, load_stage);
   } else {
-    mma_q_fragments_staged<D, kKS>(a, g, r, qr, qc, 0, stage_base, qa);
+    mma_q_fragments_staged<D, kKS>(a, g, r, qr, qc, 0, q_stage, qa);
   }
   float acc[kNB][4];
 #pragma unroll
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows qr, qr + 8
 
-  if (!fused) stages_begin<kMmaStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
     stages_next<kMmaStages>(it, n_tiles, load_stage);
     const __half* ks = stage_base + static_cast<int64_t>(it % kMmaStages) * 2 * kMmaKeys * kRowH;
@@ -911,9 +935,8 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   const int r = a.n_heads / a.n_kv;
   const int g = blockIdx.x, split = blockIdx.y;
   const int qr = lane >> 2, qc = 2 * (lane & 3);
-  pdl_wait();
   int kb, ke, n_tiles;  // keys [kb, ke)
-  if (!decode_block_keys<kMma2Keys>(a, g, r, split, kb, ke, n_tiles)) return;
+  decode_block_range<kMma2Keys>(a, split, kb, ke, n_tiles);
 
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
@@ -932,26 +955,29 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
       }
     }
   };
-  // Q fragments of this warp's part of D, staged through stage 0 as in the form above, or with
-  // the prologue fused built from the f32 queries in the last stage (as in the form above; the
+  // Q fragments of this warp's part of D through the last stage, as in the form above (the
   // loop's first barrier comes before that stage is refilled).
-  const bool fused = a.qkv != nullptr, own = owns_token(a, kb, ke);
-  if (fused && !own) begin();
+  const bool fused = a.qkv != nullptr;
+  const KvStart start = kv_start(a, kb, ke);
+  if (start == KvStart::kEarly) begin();
+  pdl_wait();
+  if (empty_split_done(a, g, r, split, n_tiles)) return;
+  if (start == KvStart::kAfterWait) begin();
+  __half* q_stage = stage_base + (kMma2Stages - 1) * kStageH;
   uint32_t qa[kKSW][4];
   if (fused) {
-    float* qf = reinterpret_cast<float*>(stage_base + (kMma2Stages - 1) * kStageH);
-    fused_prologue<D>(a, g, r, own, qf);
+    float* qf = reinterpret_cast<float*>(q_stage);
+    fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qf);
     mma_q_fragments_f32<D, kKSW>(qf, r, qr, qc, dh * (D / kParts), qa);
-    if (own) begin();
+    if (start == KvStart::kAfterPrologue) begin();
   } else {
-    mma_q_fragments_staged<D, kKSW>(a, g, r, qr, qc, dh * (D / kParts), stage_base, qa);
+    mma_q_fragments_staged<D, kKSW>(a, g, r, qr, qc, dh * (D / kParts), q_stage, qa);
   }
   float acc[kNB][4];
 #pragma unroll
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows qr, qr + 8
 
-  if (!fused) begin();
   for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<kMma2Stages - 2>();  // tile it has landed (this thread's copies)
     __syncthreads();                   // ... everyone's; and tile it - 1 is done with
@@ -1162,6 +1188,7 @@ bool attention_decode_supported(const AttnArgs& a) {
 void attention(const AttnArgs& args, cudaStream_t s) {
   AttnArgs a = args;
   a.skip_empty = env_flag("GEM_CUDA_ATTN_SKIP_EMPTY", false);
+  a.early_kv = env_flag("GEM_CUDA_ATTN_EARLY_KV", true);
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();

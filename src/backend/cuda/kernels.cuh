@@ -223,6 +223,9 @@ struct AttnArgs {
   int64_t max_keys = 0;
   // Set by attention(): decode blocks of an empty split write l = 0 and exit at once.
   bool skip_empty = false;
+  // Set by attention(): decode blocks whose key range does not hold the token's position issue
+  // their first K/V copies before pdl_wait (GEM_CUDA_ATTN_EARLY_KV, on by default).
+  bool early_kv = false;
   // The prologue inside the decode (n = 1, tile_in_cache; GEM_CUDA_FUSED_PROLOGUE=1, see
   // attention_fused_prologue_supported): with qkv set, q is not read; every block normalises
   // and rotates its group's query heads from the raw q|k|v projection row, and the block whose
