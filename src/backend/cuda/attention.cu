@@ -18,13 +18,14 @@ namespace {
 constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge costs more
 
 // The decode of full layers on the tensor cores. By default the split form (2) for launches
-// that can see at least GEM_CUDA_ATTN_MMA2_MIN_KEYS (16384) keys and the form where every warp
+// that can see at least GEM_CUDA_ATTN_MMA2_MIN_KEYS (4096) keys and the form where every warp
 // computes the whole S (1) for shorter ones: run 10, one 32,896-position context, the split form
 // (32-key tiles, 2 stages) decoded at depth 32768 296.0 vs 278.0 tok/s on the 12B and 133.4 vs
-// 126.4 on the 31B, but at depths 0 and 4096 its shapes measured 0.7-5 % slower in the graph
-// (while faster per launch: 23.8 vs 41.9 µs at depth 32768 without PDL). GEM_CUDA_ATTN_MMA=1 or
-// 2 forces a form, =0 the CUDA-core decode kernel. Read at every launch (a decode graph's
-// capture), like the split form's shape below, so that the kernel tests can run each.
+// 126.4 on the 31B; at depth 4096 it lost 0.7-5 % until the first K/V copies moved before
+// pdl_wait (GEM_CUDA_ATTN_EARLY_KV), then won (run 11 call 3, depth 4096: 31B 147.1 vs 143.5,
+// 12B 313.2 vs 311.2 with 4096 instead of 16384). GEM_CUDA_ATTN_MMA=1 or 2 forces a form, =0
+// the CUDA-core decode kernel. Read at every launch (a decode graph's capture), like the split
+// form's shape below, so that the kernel tests can run each.
 // GEM_CUDA_ATTN_MMA as 0, 1 or 2; -1 when unset (or not one of those: said once on stderr).
 int forced_mma_form() {
   const char* e = std::getenv("GEM_CUDA_ATTN_MMA");
@@ -40,7 +41,7 @@ int forced_mma_form() {
 int mma_form(const AttnArgs& a) {
   const int forced = forced_mma_form();
   if (forced >= 0) return forced;
-  return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 16384, 0, 1 << 30) ? 2 : 1;
+  return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 4096, 0, 1 << 30) ? 2 : 1;
 }
 bool mma_disabled() { return forced_mma_form() == 0; }
 
