@@ -124,16 +124,17 @@ if [ "$mode" = sweep ]; then
 fi
 if [ "$mode" = extra ]; then
   # gem serve on the device backend (curl smoke), then the decode attention kernels at depth
-  # 32768 on the 12B under ncu (their own bytes/s; the first 192 launches are the warm-up at
-  # depth 0).
+  # 32768 on the 12B under ncu (their own bytes/s; GEM_CUDA_PROFILE_FROM_POS starts the
+  # profiler at that depth, after the warm-up and the fill).
   log "serve smoke (cuda)"
   bash bench/cuda/serve_smoke.sh $GEM $F/tiny-q4_0.gguf cuda 2>&1 | tee "$OUT/serve_smoke.txt"
   log "synth 12b"
   $GEM synth --profile 12b -q -o $M/g12b.gguf
   log "ncu attention at depth 32768"
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout 300 $NCU --clock-control none --csv --kernel-name regex:"attention_(decode|merge)" \
-    --launch-skip 192 --launch-count 192 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+  GEM_CUDA_PROFILE_FROM_POS=32768 timeout 300 $NCU --clock-control none --csv --profile-from-start off \
+    --kernel-name regex:"attention_(decode|merge)" --launch-count 192 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $GEM bench -m $M/g12b.gguf -p 0 -n 2 -d 32768 -r 1 --backend cuda > "$OUT/ncu_attn_12b.csv" 2> "$OUT/ncu_attn_12b.err"
   echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_attn_12b.csv")" | tee -a "$OUT/summary.txt"
   log "done"

@@ -4,6 +4,7 @@
 // soft-capped logits); prompt tiles run the same ops with cuBLAS products on f16 tiles.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -86,6 +87,7 @@ class CudaBackend final : public Backend {
   int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
   int64_t decode_keys(const DevLayer& L) const;
   int decode_bucket(int pos) const;
+  void maybe_start_profiler();
   void head_row(int row);
 
   const model::Model& model_;
@@ -151,6 +153,7 @@ class CudaBackend final : public Backend {
   bool buckets_ = true;
   int bucket_min_ = 1024;
   int capture_bucket_ = 0;  // the bucket forward_tile is capturing
+  bool profiler_started_ = false;
 
   std::vector<float> logits_host_;  // [rows, V]
   int logits_rows_ = 0;
@@ -284,6 +287,18 @@ int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
   const int64_t by_sm = (per_sm * n_sm + n_kv - 1) / n_kv;
   const int64_t by_len = (keys + min_keys - 1) / min_keys;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
+}
+
+// GEM_CUDA_PROFILE_FROM_POS=N (measurement only): cudaProfilerStart() before the first decode
+// step at position >= N, so that a profiler started with --profile-from-start off (ncu, nsys)
+// records the steps at that depth, not a benchmark's warm-up or its depth fill (counting
+// launches to skip them is brittle: run 11 call 2 profiled the warm-up).
+void CudaBackend::maybe_start_profiler() {
+  static const int from = cuda::env_int("GEM_CUDA_PROFILE_FROM_POS", -1, -1, 1 << 30);
+  if (from < 0 || profiler_started_ || n_past_ < from) return;
+  GEM_CUDA_CHECK(cudaProfilerStart());
+  profiler_started_ = true;
+  GEM_LOG_INFO("cuda: profiler started at position %d (GEM_CUDA_PROFILE_FROM_POS)", n_past_);
 }
 
 // The bucket of a token at position pos (it attends to pos + 1 keys).
@@ -697,6 +712,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
         GEM_CUDA_CHECK(cudaGraphInstantiate(&decode_graphs_[k], graph, 0));
         cudaGraphDestroy(graph);
       }
+      maybe_start_profiler();
       GEM_CUDA_CHECK(cudaGraphLaunch(decode_graphs_[k], stream_));
     } else {
       forward_tile(n, last_tile && !all_logits);
