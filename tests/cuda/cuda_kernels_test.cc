@@ -166,15 +166,16 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
 // first weights loaded after the wait instead of before it (preload off); bulk copies through shared memory with the default ring, a small one that
 // cuts every row of these widths into column parts, a one-slot ring of tiny chunks, and two rows
 // per consumer warp (the default ring, and a cut one with 3 warps so chunks end mid-pair); register
-// loads with the activations staged in shared memory, 4 and 8 blocks per lane and round.
-constexpr int kMatvecVariants = 10;
+// loads with the activations staged in shared memory, 4 and 8 blocks per lane and round; register
+// loads of 8 blocks per lane and round.
+constexpr int kMatvecVariants = 11;
 cuda::MatvecConfig matvec_variant(int v) {
   cuda::MatvecConfig c;
   c.evict_first = v != 1;
   c.preload = v != 2;  // 2: the activations' wait before the first weight loads
   c.bulk = v >= 3 && v <= 7;
-  c.x_smem = v >= 8;
-  c.q4_unroll = v == 9 ? 8 : 4;
+  c.x_smem = v == 8 || v == 9;
+  c.q4_unroll = v == 9 || v == 10 ? 8 : 4;
   c.bulk_rows = v >= 6 ? 2 : 1;
   if (v == 4) {
     c.bulk_warps = 4;

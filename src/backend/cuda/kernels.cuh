@@ -132,10 +132,11 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // Off by default: measured slower (bench/results/cuda.md, runs 7 and 8).
 // x_smem: the register products stage the token's q8 activations in shared memory per block
 // (matrices of at most 65,536 rows) and read them from there when used, so a round's registers
-// hold weights only; q4_unroll: Q4_0 blocks per lane and round with x_smem (4 or 8; the gated
-// product loads half as many per matrix). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL. Off: measured
-// slower on the H200 (run 8: 12B 291.9 vs 317.5 tok/s; the per-block staging costs more than
-// the extra resident warps give).
+// hold weights only. Off: measured slower on the H200 (run 8: 12B 291.9 vs 317.5 tok/s; the
+// per-block staging costs more than the extra resident warps give). q4_unroll: Q4_0 blocks per
+// lane and round, 4 or 8, in both register forms (the gated product loads half as many per
+// matrix): 8 makes the 31B's 168-block rows one round instead of two at the cost of registers
+// (with x_smem: run 8; without: not measured yet). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL.
 struct MatvecConfig {
   bool evict_first = true;
   bool preload = true;  // first round's weights before pdl_wait (GEM_CUDA_MV_PRELOAD)

@@ -726,7 +726,8 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     };
     if (w.type == WType::kQ4_0) {
       if (!xs) {
-        go(matvec_q_kernel<false, kRows, 4, false>);
+        mc.q4_unroll == 8 ? go(matvec_q_kernel<false, kRows, 8, false>)
+                          : go(matvec_q_kernel<false, kRows, 4, false>);
       } else if (mc.q4_unroll == 8) {
         go(matvec_q_kernel<false, kRows, 8, true>);
       } else {
@@ -768,7 +769,8 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
            static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
   };
   if (!xs) {
-    go(matvec_gated_kernel<kRows, 2, false>);
+    mc.q4_unroll == 8 ? go(matvec_gated_kernel<kRows, 4, false>)
+                      : go(matvec_gated_kernel<kRows, 2, false>);
   } else if (mc.q4_unroll == 8) {
     go(matvec_gated_kernel<kRows, 4, true>);
   } else {
