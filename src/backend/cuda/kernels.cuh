@@ -185,6 +185,16 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
                   cudaStream_t s);
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s, const MatvecConfig& mc);
+// The same for one token with g's q8 form too (gq, what quantize_q8 would give, the same bits),
+// so that the down product needs no quantize launch: blocks of 32 consecutive rows, rows_per_warp
+// (2 or 4) per warp, whose values meet in shared memory and are quantised by the block's first
+// warp. matvec_gated_q8_supported: Q4_0 gate and up of the same shape, rows a multiple of 32, a
+// register-form product (not the bulk form). GEM_CUDA_GATED_Q8 (backend).
+bool matvec_gated_q8_supported(const DevMatrix& gate, const DevMatrix& up, const MatvecConfig& mc);
+void matvec_gated_q8(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, float* g, Q8Act gq,
+                     int rows_per_warp, cudaStream_t s, const MatvecConfig& mc);
+void matvec_gated_q8(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, float* g, Q8Act gq,
+                     int rows_per_warp, cudaStream_t s);
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);
