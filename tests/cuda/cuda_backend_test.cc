@@ -252,6 +252,7 @@ TEST(CudaBackend, FusedPrologueDecodeMatchesOneTile) {
 // every layer's down product then reads that instead of a quantize launch's.
 TEST(CudaBackend, GatedQ8DecodeMatchesOneTile) {
   REQUIRE_GPU();
+  decode_matches_one_tile({{"GEM_CUDA_GATED_Q8", "2"}});
   decode_matches_one_tile({{"GEM_CUDA_GATED_Q8", "4"}});
 }
 
