@@ -248,14 +248,6 @@ TEST(CudaBackend, FusedPrologueDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}});
 }
 
-// The gated product writing g's q8 form itself (GEM_CUDA_GATED_Q8, 2 and 4 rows per warp):
-// every layer's down product then reads that instead of a quantize launch's.
-TEST(CudaBackend, GatedQ8DecodeMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_GATED_Q8", "2"}});
-  decode_matches_one_tile({{"GEM_CUDA_GATED_Q8", "4"}});
-}
-
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

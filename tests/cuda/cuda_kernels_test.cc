@@ -166,16 +166,15 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
 // first weights loaded after the wait instead of before it (preload off); bulk copies through shared memory with the default ring, a small one that
 // cuts every row of these widths into column parts, a one-slot ring of tiny chunks, and two rows
 // per consumer warp (the default ring, and a cut one with 3 warps so chunks end mid-pair); register
-// loads with the activations staged in shared memory, 4 and 8 blocks per lane and round; register
-// loads of 8 blocks per lane and round.
-constexpr int kMatvecVariants = 11;
+// loads with the activations staged in shared memory, 4 and 8 blocks per lane and round.
+constexpr int kMatvecVariants = 10;
 cuda::MatvecConfig matvec_variant(int v) {
   cuda::MatvecConfig c;
   c.evict_first = v != 1;
   c.preload = v != 2;  // 2: the activations' wait before the first weight loads
   c.bulk = v >= 3 && v <= 7;
-  c.x_smem = v == 8 || v == 9;
-  c.q4_unroll = v == 9 || v == 10 ? 8 : 4;
+  c.x_smem = v >= 8;
+  c.q4_unroll = v == 9 ? 8 : 4;
   c.bulk_rows = v >= 6 ? 2 : 1;
   if (v == 4) {
     c.bulk_warps = 4;
@@ -381,50 +380,6 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
     }
     EXPECT_EQ(bad, 0);
   }
-}
-
-// The gated product with its own q8 output (GEM_CUDA_GATED_Q8) gives the bits of the gated
-// product followed by quantize_q8: g, the int8 values and the block scales, exactly (the same
-// blocks summed in the same order, the same quantiser).
-void check_gated_q8(int64_t F, int64_t E) {
-  const auto graw = random_blocks(DType::kQ4_0, F, E), uraw = random_blocks(DType::kQ4_0, F, E);
-  DevWeights dg(DType::kQ4_0, graw, F, E), du(DType::kQ4_0, uraw, F, E);
-  Dev<float> dx(randn(E)), g1(F), g2(F);
-  Dev<int8_t> xq(E), q1(F), q2(F);
-  Dev<float2> xds(E / 32), d1(F / 32), d2(F / 32);
-  const cuda::Q8Act x{xq.p, xds.p}, o1{q1.p, d1.p}, o2{q2.p, d2.p};
-  cuda::quantize_q8(dx.p, 1, static_cast<int>(E), x, nullptr);
-  // Register forms only: default, L2 evict-normal, preload off, 8 blocks per lane and round.
-  for (int variant : {0, 1, 2, 10}) {
-    const cuda::MatvecConfig c = matvec_variant(variant);
-    ASSERT_TRUE(cuda::matvec_gated_q8_supported(dg.m, du.m, c));
-    cuda::matvec_gated(dg.m, du.m, x, 1, g1.p, nullptr, c);
-    cuda::quantize_q8(g1.p, 1, static_cast<int>(F), o1, nullptr);
-    for (int rows_per_warp : {2, 4}) {
-      CK(cudaMemset(g2.p, 0xff, F * sizeof(float)));
-      CK(cudaMemset(q2.p, 0x55, F));
-      CK(cudaMemset(d2.p, 0xff, F / 32 * sizeof(float2)));
-      cuda::matvec_gated_q8(dg.m, du.m, x, g2.p, o2, rows_per_warp, nullptr, c);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto a = g1.get(), b = g2.get();
-      const auto qa = q1.get(), qb = q2.get();
-      const auto da = d1.get(), db = d2.get();
-      const std::string where = std::to_string(F) + "x" + std::to_string(E) + " variant " +
-                                std::to_string(variant) + " rows/warp " + std::to_string(rows_per_warp);
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), F * sizeof(float)), 0) << where << ": g";
-      ASSERT_EQ(std::memcmp(qa.data(), qb.data(), F), 0) << where << ": q8 values";
-      ASSERT_EQ(std::memcmp(da.data(), db.data(), F / 32 * sizeof(float2)), 0) << where << ": q8 scales";
-    }
-  }
-  // The bulk form has its own grid: not this kernel's.
-  EXPECT_FALSE(cuda::matvec_gated_q8_supported(dg.m, du.m, matvec_variant(3)));
-}
-
-TEST(CudaMatvec, GatedWithQ8OutputMatchesGatedThenQuantize) {
-  REQUIRE_GPU();
-  check_gated_q8(15360, 3840);  // 12B
-  check_gated_q8(21504, 5376);  // 31B
-  check_gated_q8(64, 96);       // two blocks, three 32-column blocks per row
 }
 
 TEST(CudaDequant, F16RowsMatchGetRow) {

@@ -150,9 +150,6 @@ class CudaBackend final : public Backend {
   // GEM_CUDA_FUSED_PROLOGUE=1: the decode attention does the q/k/v prologue itself (one launch
   // less per layer; off until measured on the GPU).
   bool fused_prologue_ = false;
-  // GEM_CUDA_GATED_Q8=2|4: the gated product writes g's q8 form itself (blocks of 32 rows, 2 or
-  // 4 per warp), no quantize launch; 0 (the default until measured on the GPU): the launch.
-  int gated_q8_ = 0;
   bool buckets_ = true;
   int bucket_min_ = 1024;
   int capture_bucket_ = 0;  // the bucket forward_tile is capturing
@@ -346,11 +343,6 @@ Status CudaBackend::init() {
   }
   buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", true);
   fused_prologue_ = cuda::env_flag("GEM_CUDA_FUSED_PROLOGUE", false);
-  gated_q8_ = cuda::env_int("GEM_CUDA_GATED_Q8", 0, 0, 4);
-  if (gated_q8_ != 0 && gated_q8_ != 2 && gated_q8_ != 4) {
-    std::fprintf(stderr, "gem: GEM_CUDA_GATED_Q8=%d is not 0, 2 or 4; using 0\n", gated_q8_);
-    gated_q8_ = 0;
-  }
   bucket_min_ = cuda::env_int("GEM_CUDA_DECODE_BUCKET_MIN", bucket_min_, 32, 1 << 24);
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -574,21 +566,17 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
   if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
-  const bool fused_q8 = down_q8 && gated_q8_ != 0 &&
-                        cuda::matvec_gated_q8_supported(L.gate, L.up, cuda::matvec_config());
-  if (fused_q8) {
-    if (!skip(cuda::kSkipGated)) cuda::matvec_gated_q8(L.gate, L.up, hq_, g_, gq_, gated_q8_, stream_);
-  } else if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
+  if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
     if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
     cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
   }
-  // Without GEM_CUDA_GATED_Q8 a separate kernel: quantising g inside the gated product's
-  // original grid (the last block of each 32-row group, after a fence and a counter) measured
-  // 1 µs slower per layer on the H200 than this launch; the 32-row blocks need neither.
-  if (down_q8 && !fused_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
+  // A separate kernel: quantising g inside the gated product measured slower on the H200 both
+  // as the last block of each 32-row group after a fence (run 8, 1 µs per layer) and as blocks
+  // of 32 rows meeting in shared memory (run 12: 12B 1-4 %, 31B 2-5 % slower per token).
+  if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
   if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   if (!skip(cuda::kSkipRes)) {

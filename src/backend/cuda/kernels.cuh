@@ -132,11 +132,10 @@ void softcap(float* x, int64_t count, float cap, cudaStream_t s);
 // Off by default: measured slower (bench/results/cuda.md, runs 7 and 8).
 // x_smem: the register products stage the token's q8 activations in shared memory per block
 // (matrices of at most 65,536 rows) and read them from there when used, so a round's registers
-// hold weights only. Off: measured slower on the H200 (run 8: 12B 291.9 vs 317.5 tok/s; the
-// per-block staging costs more than the extra resident warps give). q4_unroll: Q4_0 blocks per
-// lane and round, 4 or 8, in both register forms (the gated product loads half as many per
-// matrix): 8 makes the 31B's 168-block rows one round instead of two at the cost of registers
-// (with x_smem: run 8; without: not measured yet). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL.
+// hold weights only; q4_unroll: Q4_0 blocks per lane and round with x_smem (4 or 8; the gated
+// product loads half as many per matrix). GEM_CUDA_MV_XSMEM, GEM_CUDA_MV_UNROLL. Off: measured
+// slower on the H200 (run 8: 12B 291.9 vs 317.5 tok/s; the per-block staging costs more than
+// the extra resident warps give).
 struct MatvecConfig {
   bool evict_first = true;
   bool preload = true;  // first round's weights before pdl_wait (GEM_CUDA_MV_PRELOAD)
@@ -185,16 +184,6 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
                   cudaStream_t s);
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s, const MatvecConfig& mc);
-// The same for one token with g's q8 form too (gq, what quantize_q8 would give, the same bits),
-// so that the down product needs no quantize launch: blocks of 32 consecutive rows, rows_per_warp
-// (2 or 4) per warp, whose values meet in shared memory and are quantised by the block's first
-// warp. matvec_gated_q8_supported: Q4_0 gate and up of the same shape, rows a multiple of 32, a
-// register-form product (not the bulk form). GEM_CUDA_GATED_Q8 (backend).
-bool matvec_gated_q8_supported(const DevMatrix& gate, const DevMatrix& up, const MatvecConfig& mc);
-void matvec_gated_q8(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, float* g, Q8Act gq,
-                     int rows_per_warp, cudaStream_t s, const MatvecConfig& mc);
-void matvec_gated_q8(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, float* g, Q8Act gq,
-                     int rows_per_warp, cudaStream_t s);
 // GGUF blocks (Q4_0 when !q8, Q8_0 when q8) → split layout: qs [n_blocks, 16|32], d [n_blocks].
 void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, __half* d,
                    cudaStream_t s);

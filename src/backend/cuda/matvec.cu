@@ -281,41 +281,6 @@ __global__ void __launch_bounds__(kQWarps * 32)
   }
 }
 
-// The gated product of one token with its q8 output (kernels.cuh, matvec_gated_q8): a block
-// owns 32 consecutive rows, kRowsW per warp; each row's value is the one matvec_gated_kernel
-// computes (the same blocks summed in the same order, whatever kUnroll), and the first warp
-// quantises the block's 32 values as quantize_q8_kernel does (q8_block_out).
-template <int kRowsW, int kUnroll>
-__global__ void __launch_bounds__(32 / kRowsW * 32)
-    matvec_gated_q8_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq,
-                           const __half* ud, int64_t rows, int cols, const int8_t* xq,
-                           const float2* xds, float* g, Q8Act out, MatvecConfig mc) {
-  static_assert(32 % kRowsW == 0, "a block is 32 rows");
-  pdl_trigger();
-  __shared__ float vals[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * kRowsW;
-  const int nb = cols / 32;
-  const uint8_t* q[2] = {gq, uq};
-  const __half* dd[2] = {gd, ud};
-  if (!mc.preload) pdl_wait();
-  const XSrc x = token_x<false>(xq, xds, cols, 0);
-  float acc[2][kRowsW] = {};
-  accumulate_rows<false, 2, kRowsW, kUnroll, false>(q, dd, rows, nb, row0, x, lane,
-                                                    weight_policy(mc.evict_first), mc.preload, acc);
-#pragma unroll
-  for (int r = 0; r < kRowsW; ++r) {
-    const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
-    if (lane == 0) vals[warp * kRowsW + r] = gelu_tanh(vg) * vu;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const float v = vals[lane];
-    g[static_cast<int64_t>(blockIdx.x) * 32 + lane] = v;
-    q8_block_out(v, out.q + static_cast<int64_t>(blockIdx.x) * 32, out.ds + blockIdx.x, lane);
-  }
-}
-
 // ---- Products that stream their weights through shared memory (cp.async.bulk) ----
 // The register-fed products above keep their bytes in flight in registers, so they need many
 // resident warps. Here a producer warp (one lane) streams chunks of the block's rows into a
@@ -761,8 +726,7 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     };
     if (w.type == WType::kQ4_0) {
       if (!xs) {
-        mc.q4_unroll == 8 ? go(matvec_q_kernel<false, kRows, 8, false>)
-                          : go(matvec_q_kernel<false, kRows, 4, false>);
+        go(matvec_q_kernel<false, kRows, 4, false>);
       } else if (mc.q4_unroll == 8) {
         go(matvec_q_kernel<false, kRows, 8, true>);
       } else {
@@ -804,8 +768,7 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
            static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
   };
   if (!xs) {
-    mc.q4_unroll == 8 ? go(matvec_gated_kernel<kRows, 4, false>)
-                      : go(matvec_gated_kernel<kRows, 2, false>);
+    go(matvec_gated_kernel<kRows, 2, false>);
   } else if (mc.q4_unroll == 8) {
     go(matvec_gated_kernel<kRows, 4, true>);
   } else {
@@ -817,39 +780,6 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s) {
   matvec_gated(gate, up, xq, n, g, s, matvec_config());
-}
-
-bool matvec_gated_q8_supported(const DevMatrix& gate, const DevMatrix& up, const MatvecConfig& mc) {
-  return gate.type == WType::kQ4_0 && up.type == WType::kQ4_0 && gate.rows == up.rows &&
-         gate.cols == up.cols && gate.rows % 32 == 0 && gate.cols % 32 == 0 &&
-         !(bulk_fits(gate, 1, mc) && bulk_fits(up, 1, mc));
-}
-
-void matvec_gated_q8(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, float* g, Q8Act gq,
-                     int rows_per_warp, cudaStream_t s, const MatvecConfig& mc) {
-  if (!matvec_gated_q8_supported(gate, up, mc) || (rows_per_warp != 2 && rows_per_warp != 4)) {
-    std::fprintf(stderr, "matvec_gated_q8: unsupported shape or %d rows per warp\n", rows_per_warp);
-    std::abort();
-  }
-  const dim3 grid(static_cast<unsigned>(gate.rows / 32));
-  auto go = [&](auto kernel, int warps) {
-    launch(kernel, grid, warps * 32, 0, s, gate.qs, gate.d, up.qs, up.d, gate.rows,
-           static_cast<int>(gate.cols), xq.q, xq.ds, g, gq, mc);
-  };
-  // The blocks in flight per lane and round of the gated register form (2 per matrix, 4 with
-  // GEM_CUDA_MV_UNROLL=8 when 4 rows per warp: 16 warps of 8 would spill under the block's
-  // register limit) spread over the warp's rows.
-  if (rows_per_warp == 2) {
-    go(matvec_gated_q8_kernel<2, 2>, 16);
-  } else {
-    mc.q4_unroll == 8 ? go(matvec_gated_q8_kernel<4, 2>, 8) : go(matvec_gated_q8_kernel<4, 1>, 8);
-  }
-  GEM_CUDA_LAUNCHED();
-}
-
-void matvec_gated_q8(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, float* g, Q8Act gq,
-                     int rows_per_warp, cudaStream_t s) {
-  matvec_gated_q8(gate, up, xq, g, gq, rows_per_warp, s, matvec_config());
 }
 
 void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaStream_t s) {
