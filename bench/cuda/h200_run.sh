@@ -88,7 +88,9 @@ log "synth fixtures"
 [ "$mode" = build ] && { log "built (build mode: no tests)"; exit 0; }
 if [ "$mode" != extra ]; then
 log "kernel tests"
-build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" | tail -40 > "$OUT/kernels_test.txt"
+build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" > /tmp/kernels_full.txt
+# The first failures' messages, then the end of the run (the summary).
+{ grep -E -A4 "Failure" /tmp/kernels_full.txt | head -60; tail -40 /tmp/kernels_full.txt; } > "$OUT/kernels_test.txt"
 tail -4 "$OUT/kernels_test.txt" | tee -a "$OUT/summary.txt"
 log "backend tests"
 GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \

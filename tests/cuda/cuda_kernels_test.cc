@@ -451,6 +451,100 @@ TEST(CudaNorm, ResidualEpilogues) {
   }
 }
 
+// The decode epilogue that leaves the next norm's factor to the products (residual_deferred):
+// x as residual_norm_scale computes it, q8 blocks of x·w_next whose values times the factor from
+// the partial sums give rms_norm(x, w_next), and Q4_0 products (plain and gated, every load
+// form) fed by those blocks equal the CPU products of the normalised row within the q8 bound.
+void check_deferred_residual(int E, int threads, bool with_scale) {
+  const int n = 2;
+  const float eps = 1e-6f, scale = 0.97f;
+  const auto x = randn(static_cast<size_t>(n) * E), a = randn(static_cast<size_t>(n) * E, 5.0f);
+  const auto wp = randn(E), wn = randn(E);
+  std::vector<float> ra(n * E), rx(x), rh(n * E);
+  cpu::rms_norm(a.data(), wp.data(), n, E, eps, ra.data());
+  cpu::add(rx.data(), ra.data(), n * E);
+  if (with_scale) cpu::scale(rx.data(), n * E, scale);
+  cpu::rms_norm(rx.data(), wn.data(), n, E, eps, rh.data());
+  Dev<float> dx(x), da(a), dwp(wp), dwn(wn), dsc(std::vector<float>{scale}), part(n * E / 32);
+  Dev<int8_t> q(static_cast<size_t>(n) * E);
+  Dev<float2> ds(n * E / 32);
+  cuda::Q8Act hq{q.p, ds.p};
+  hq.norm = cuda::NormParts{part.p, E / 32, eps};
+  cuda::residual_deferred(dx.p, da.p, dwp.p, with_scale ? dsc.p : nullptr, dwn.p, n, E, eps, hq,
+                          part.p, threads, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::string what = "E " + std::to_string(E) + " threads " + std::to_string(threads) +
+                           (with_scale ? " scaled" : "");
+  const auto gx = dx.get(), pv = part.get();
+  const auto qv = q.get();
+  const auto dsv = ds.get();
+  for (int t = 0; t < n; ++t) {
+    double ss = 0.0, ref_ss = 0.0;
+    for (int b = 0; b < E / 32; ++b) ss += pv[t * E / 32 + b];
+    for (int c = 0; c < E; ++c) ref_ss += static_cast<double>(rx[t * E + c]) * rx[t * E + c];
+    ASSERT_NEAR(ss, ref_ss, 1e-5 * ref_ss) << what;
+    const double f = 1.0 / std::sqrt(ss / E + eps);
+    for (int c = 0; c < E; ++c) {
+      const int i = t * E + c;
+      ASSERT_NEAR(gx[i], rx[i], 1e-5 * std::fabs(rx[i]) + 1e-5) << what << " x " << i;
+      const float2 st = dsv[i / 32];
+      ASSERT_NEAR(qv[i] * st.x * f, rh[i], (0.5 * st.x + 1e-6) * f + 1e-4 * std::fabs(rh[i]))
+          << what << " q8 " << i;
+    }
+  }
+  // The products of each token's row.
+  const int64_t R = 300;
+  const auto graw = random_blocks(DType::kQ4_0, R, E), uraw = random_blocks(DType::kQ4_0, R, E);
+  const model::TensorView gv = view(DType::kQ4_0, graw, R, E), uv = view(DType::kQ4_0, uraw, R, E);
+  DevWeights dg(DType::kQ4_0, graw, R, E), du(DType::kQ4_0, uraw, R, E);
+  Dev<float> dy(n * R);
+  for (int variant = 0; variant < kMatvecVariants; ++variant) {
+    const cuda::MatvecConfig c = matvec_variant(variant);
+    for (int gated = 0; gated < 2; ++gated) {
+      cudaMemset(dy.p, 0xff, n * R * sizeof(float));
+      if (gated) {
+        cuda::matvec_gated(dg.m, du.m, hq, n, dy.p, nullptr, c);
+      } else {
+        cuda::matvec(dg.m, nullptr, hq, n, dy.p, 0.0f, nullptr, c);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto y = dy.get();
+      int bad = 0;
+      for (int t = 0; t < n; ++t) {
+        const std::vector<float> h(rh.begin() + t * E, rh.begin() + (t + 1) * E);
+        std::vector<float> g(R), u(R);
+        cpu::matmul_ref(gv, h.data(), 1, g.data());
+        cpu::matmul_ref(uv, h.data(), 1, u.data());
+        const auto gb = q8_error_bound(gv, h), ub = q8_error_bound(uv, h);
+        for (int64_t r = 0; r < R; ++r) {
+          double ref = g[r], tol = gb[r];
+          if (gated) {
+            ref = cpu::gelu_tanh(g[r]) * u[r];
+            tol = 1.13 * std::fabs(u[r]) * gb[r] + std::fabs(cpu::gelu_tanh(g[r])) * ub[r] +
+                  gb[r] * ub[r] + 1e-5;
+          }
+          const float got = y[t * R + r];
+          if (!(std::fabs(got - ref) <= tol) && bad++ < 5) {
+            ADD_FAILURE() << what << (gated ? " gated" : " plain") << " variant " << variant
+                          << " token " << t << " row " << r << ": gpu " << got << " ref " << ref
+                          << " tol " << tol;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+TEST(CudaNorm, DeferredResidualFeedsProducts) {
+  REQUIRE_GPU();
+  for (int threads : {128, 256}) {
+    check_deferred_residual(3840, threads, false);  // 12B, after attention
+    check_deferred_residual(5376, threads, true);   // 31B, after the FFN
+    check_deferred_residual(96, threads, true);     // fewer columns than a block's threads
+  }
+}
+
 // q/k/v prologue of a 31B full layer (D = 512, proportional RoPE) and a 12B sliding layer.
 // With `store`, the prologue also writes k and v into a ring (or linear) cache, f16 or f32.
 void check_prologue(int H, int G, int D, bool v_from_k, float theta, bool proportional, int pos0,

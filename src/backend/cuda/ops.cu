@@ -3,6 +3,7 @@
 // quantisation of activations, GELU gating and the soft-cap.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -150,11 +151,13 @@ __global__ void residual_kernel(float* x, const float* a,
   }
 }
 
-// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8.
+// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8
+// (GEM_CUDA_RES_PER=8|16 asks for at least that many: fewer warps in each block reduction).
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                      cudaStream_t s) {
-  const int per = cols <= 4096 ? 4 : 8;
+  static const int min_per = env_int("GEM_CUDA_RES_PER", 4, 4, 16);
+  const int per = std::max(cols <= 4096 ? 4 : 8, min_per > 8 ? 16 : min_per > 4 ? 8 : 4);
   const int threads = ((cols + per - 1) / per + 31) / 32 * 32;
   if (threads > 1024 || cols % 32 != 0) {
     std::fprintf(stderr, "residual_norm: %d columns (at most 8192, a multiple of 32)\n", cols);
@@ -162,9 +165,47 @@ void launch_residual(float* x, const float* a, const float* w_post, const float*
   }
   if (per == 4) {
     launch(residual_kernel<4>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
-  } else {
+  } else if (per == 8) {
     launch(residual_kernel<8>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
+  } else {
+    launch(residual_kernel<16>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
   }
+}
+
+// residual_deferred: thread c of the row owns element c (blockIdx.x·blockDim.x + threadIdx.x);
+// every block first sums a² over the whole row (one block reduction, no second one: the next
+// norm's factor goes to the consumers through the per-warp partial sums).
+__global__ void residual_deferred_kernel(float* x, const float* a,
+                                         const float* __restrict__ w_post,
+                                         const float* out_scale,
+                                         const float* __restrict__ w_next, int cols, float eps,
+                                         Q8Act hq, float* part) {
+  __shared__ float red[32];
+  pdl_trigger();
+  const int t = blockIdx.y, lane = threadIdx.x & 31;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool own = c < cols;  // warp-uniform: cols % 32 == 0
+  const int64_t off = static_cast<int64_t>(t) * cols;
+  const float wp = own ? __ldg(w_post + c) : 0.0f, wn = own ? __ldg(w_next + c) : 0.0f;
+  const float scale = out_scale ? __ldg(out_scale) : 1.0f;
+  pdl_wait();
+  const float xv0 = own ? x[off + c] : 0.0f;
+  float ss = 0.0f;
+#pragma unroll 8
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = a[off + i];
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  if (!own) return;
+  const float inv_a = rsqrtf(ss / cols + eps);
+  const float xv = (xv0 + a[off + c] * inv_a * wp) * scale;
+  x[off + c] = xv;
+  const int b = c >> 5;
+  q8_block_out(xv * wn, hq.q + off + b * 32, hq.ds + static_cast<int64_t>(t) * (cols / 32) + b,
+               lane);
+  const float sq = warp_sum(xv * xv);
+  if (lane == 0) part[static_cast<int64_t>(t) * (cols / 32) + b] = sq;
 }
 
 // One block per (token, head); thread i owns elements i and i + D/2 (the NeoX pair).
@@ -347,6 +388,19 @@ void residual_norm_scale(float* x, const float* f, const float* w_post, const fl
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                          cudaStream_t s) {
   launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, s);
+  GEM_CUDA_LAUNCHED();
+}
+
+void residual_deferred(float* x, const float* a, const float* w_post, const float* out_scale,
+                       const float* w_next, int n, int cols, float eps, Q8Act hq, float* part,
+                       int threads, cudaStream_t s) {
+  if ((threads != 128 && threads != 256) || cols % 32 != 0 || cols > 8192 || !hq.q) {
+    std::fprintf(stderr, "residual_deferred: %d threads, %d columns (128 or 256; at most 8192, "
+                 "a multiple of 32; q8 output required)\n", threads, cols);
+    std::abort();
+  }
+  launch(residual_deferred_kernel, dim3((cols + threads - 1) / threads, n), threads, 0, s, x, a,
+         w_post, out_scale, w_next, cols, eps, hq, part);
   GEM_CUDA_LAUNCHED();
 }
 
