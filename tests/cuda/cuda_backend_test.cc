@@ -248,15 +248,6 @@ TEST(CudaBackend, FusedPrologueDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}});
 }
 
-// Decode's residual epilogues leaving the next norm's factor to the Q4_0 products
-// (GEM_CUDA_RES_SPLIT, blocks of 128 and 256 threads): every layer but the last then feeds its
-// gated product and the next layer's q|k|v product through partial sums.
-TEST(CudaBackend, DeferredResidualDecodeMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_RES_SPLIT", "128"}});
-  decode_matches_one_tile({{"GEM_CUDA_RES_SPLIT", "256"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
-}
-
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

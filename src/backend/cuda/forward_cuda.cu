@@ -150,13 +150,6 @@ class CudaBackend final : public Backend {
   // GEM_CUDA_FUSED_PROLOGUE=1: the decode attention does the q/k/v prologue itself (one launch
   // less per layer; off until measured on the GPU).
   bool fused_prologue_ = false;
-  // GEM_CUDA_RES_SPLIT=128|256: decode's residual epilogues whose consumer is a Q4_0/Q8_0
-  // register product run as cuda::residual_deferred (blocks of that many threads over the row,
-  // one block reduction; the next norm's factor applied by the product from norm_part_'s
-  // partial sums); 0: one block with both reductions (residual_norm).
-  int res_split_ = 0;
-  float* norm_part_[2] = {nullptr, nullptr};  // [E/32] each: after attention, after the FFN
-  bool defer_norm_into(const DevMatrix& w) const;
   bool buckets_ = true;
   int bucket_min_ = 1024;
   int capture_bucket_ = 0;  // the bucket forward_tile is capturing
@@ -350,10 +343,6 @@ Status CudaBackend::init() {
   }
   buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", true);
   fused_prologue_ = cuda::env_flag("GEM_CUDA_FUSED_PROLOGUE", false);
-  res_split_ = cuda::env_int("GEM_CUDA_RES_SPLIT", 0, 0, 256);
-  if (res_split_ != 0 && res_split_ != 128 && res_split_ != 256) {
-    return errorf("GEM_CUDA_RES_SPLIT=%d: expected 0, 128 or 256", res_split_);
-  }
   bucket_min_ = cuda::env_int("GEM_CUDA_DECODE_BUCKET_MIN", bucket_min_, 32, 1 << 24);
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -474,8 +463,6 @@ Status CudaBackend::init() {
   x_ = f(T * E);
   h_ = f(T * E);
   hq_ = q8(E);
-  norm_part_[0] = f(E / 32 + 1);
-  norm_part_[1] = f(E / 32 + 1);
   a_ = f(T * E);
   qkv_ = f(T * qkv_max);
   q_ = f(T * H * max_dim);
@@ -541,27 +528,11 @@ void CudaBackend::gemm(const DevMatrix& w, const __half* x16, int n, float* y) {
   gemm_rows(w16_, w.rows, w.cols, x16, n, y);
 }
 
-// Whether a decode residual epilogue feeding w leaves its norm's factor to w's product.
-bool CudaBackend::defer_norm_into(const DevMatrix& w) const {
-  const int E = cfg_.n_embd;
-  return res_split_ != 0 && (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) && E % 32 == 0 &&
-         E <= 8192 && w.cols == E;
-}
-
 void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last) {
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  // hq_ with the factor of the norm that produced it, when that epilogue deferred it.
-  auto deferred = [&](const float* part) {
-    Q8Act a = hq_;
-    a.norm = cuda::NormParts{part, E / 32, eps};
-    return a;
-  };
-  const bool qkv_deferred = p.layer > 0 && defer_norm_into(L.qkv);
-  if (!skip(cuda::kSkipQkv)) {
-    cuda::matvec(L.qkv, h_, qkv_deferred ? deferred(norm_part_[1]) : hq_, 1, qkv_, 0.0f, stream_);
-  }
+  if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
@@ -593,22 +564,10 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
                    L.v_cache, stream_);
   }
   if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
-  const bool gated = L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0;
-  const bool ffn_deferred = gated && defer_norm_into(L.gate);
-  if (!skip(cuda::kSkipRes)) {
-    if (ffn_deferred) {
-      cuda::residual_deferred(x_, a_, L.post_attn_norm, nullptr, L.ffn_norm, 1, E, eps, hq_,
-                              norm_part_[0], res_split_, stream_);
-    } else {
-      cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
-    }
-  }
+  if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
-  if (gated) {
-    if (!skip(cuda::kSkipGated)) {
-      cuda::matvec_gated(L.gate, L.up, ffn_deferred ? deferred(norm_part_[0]) : hq_, 1, g_,
-                         stream_);
-    }
+  if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
+    if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
     cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
@@ -620,11 +579,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
   if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  if (skip(cuda::kSkipRes)) return;
-  if (!last && defer_norm_into(layers_[p.layer + 1].qkv)) {
-    cuda::residual_deferred(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, hq_,
-                            norm_part_[1], res_split_, stream_);
-  } else {
+  if (!skip(cuda::kSkipRes)) {
     cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
                               stream_);
   }

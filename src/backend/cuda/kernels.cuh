@@ -48,20 +48,9 @@ struct DevMatrix {
 // llama.cpp's q8_1 idea: per 32 values one scale s = max|x|/127, q = round(x/s), and
 // ds = (s, s·Σq) so that Σ w·x over a Q4_0 block is d_w·(s·Σ nib·q − 8·s·Σq).
 // q: [n, cols] int8.   ds: [n, cols/32].
-// With norm.part set the blocks hold q8(u) of an RMS norm whose factor was left out: the true
-// activations are f·u, f = rsqrt(Σ_i part[t·n + i] / (32·n) + eps) over the n = cols/32 partial
-// sums of squares of the token's row (residual_deferred writes them). q8 is invariant to a common
-// positive factor and the products are linear in their activations, so a consumer multiplies
-// its dot products by f (Q4_0/Q8_0 register products only; n ≤ 256).
-struct NormParts {
-  const float* part = nullptr;
-  int n = 0;
-  float eps = 0.0f;
-};
 struct Q8Act {
   int8_t* q = nullptr;
   float2* ds = nullptr;
-  NormParts norm;
 };
 
 // Per-eval values the captured decode graph reads from device memory, so one graph serves
@@ -102,14 +91,6 @@ void residual_norm(float* x, const float* a, const float* w_post, const float* w
 void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                          cudaStream_t s);
-// residual_norm(_scale) for decode without the second norm's reduction: x = (x + rms_norm(a,
-// w_post))·out_scale[0] (out_scale may be null), hq = q8(x·w_next) and part[t, i] = Σ x² over the
-// 32 elements of block i (hq.norm's form: the consumer applies the norm's factor). Grid of
-// cols/threads blocks per token, each reducing Σa² over the whole row itself (threads: 128 or
-// 256; cols % 32 == 0, cols ≤ 8192). h is not written.
-void residual_deferred(float* x, const float* a, const float* w_post, const float* out_scale,
-                       const float* w_next, int n, int cols, float eps, Q8Act hq, float* part,
-                       int threads, cudaStream_t s);
 // The attention prologue of one layer for n tokens at positions sp->pos0 + t. qkv: [n, qkv_cols]
 // = [q (n_heads·D) | k (n_kv·D) | v (n_kv·D), absent when v_from_k]. Writes q: [n, n_heads, D]
 // (q-norm, RoPE), k: [n, n_kv, D] (k-norm, RoPE), v: [n, n_kv, D] (RMS₀ of v, or of raw k).

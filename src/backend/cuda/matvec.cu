@@ -126,18 +126,6 @@ __device__ __forceinline__ XSrc stage_x(const int8_t* xq, const float2* xds, int
   return XSrc{nullptr, lo, hi, ds};
 }
 
-// A lane's share of a token's partial sums of squares (NormParts; n ≤ 256). Plain loads: the
-// previous kernel writes them.
-__device__ __forceinline__ float load_parts(const float* part, int n, int lane) {
-  float v = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int i = lane + 32 * k;
-    if (i < n) v += part[i];
-  }
-  return v;
-}
-
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
 // each, starting at row0 (clamped to rows − 1 for loading), activations x. With kXS the
 // activations come from shared memory when used instead of being loaded into registers with the
@@ -145,15 +133,11 @@ __device__ __forceinline__ float load_parts(const float* part, int n, int lane) 
 // A round loads its weights before its activations; with wait_first, pdl_wait() comes between
 // the two in the first round (and after the loop for a lane with no block), so under PDL a
 // product's first weights are in flight, into registers, while the previous kernel finishes.
-// With part set (a deferred norm), the lane's share of the n_part partial sums is loaded with
-// the first round's activations into nss.
 template <bool kQ8, int kMats, int kRows, int kUnroll, bool kXS = false>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
                                                 const XSrc& x, int lane, uint64_t pol,
-                                                bool wait_first, float (&acc)[kMats][kRows],
-                                                const float* part, int n_part, float& nss) {
-  bool parts_due = part != nullptr;
+                                                bool wait_first, float (&acc)[kMats][kRows]) {
   const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
   const uint8_t* wrow[kMats][kRows];
   const __half* drow[kMats][kRows];
@@ -203,10 +187,6 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
         }
       }
     }
-    if (parts_due) {
-      nss = load_parts(part, n_part, lane);
-      parts_due = false;
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (b0 + 32 * u < nb) {
@@ -226,13 +206,6 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
     }
   }
   if (wait_first) pdl_wait();
-  if (parts_due) nss = load_parts(part, n_part, lane);
-}
-
-// The deferred norm's factor for token t (1 without one); the whole warp calls it.
-__device__ __forceinline__ float norm_factor(const NormParts& np, float nss) {
-  if (!np.part) return 1.0f;
-  return rsqrtf(warp_sum(nss) / (32.0f * static_cast<float>(np.n)) + np.eps);
 }
 
 // The token's activations: staged in dynamic shared memory (kXS; after pdl_wait, before any
@@ -254,8 +227,7 @@ __device__ __forceinline__ XSrc token_x(const int8_t* xq, const float2* xds, int
 template <bool kQ8, int kRows, int kUnroll, bool kXS>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
-                    const int8_t* xq, const float2* xds, NormParts np, float* y, float cap,
-                    MatvecConfig mc) {
+                    const int8_t* xq, const float2* xds, float* y, float cap, MatvecConfig mc) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
@@ -269,15 +241,11 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
   float acc[1][kRows] = {};
-  float nss = 0.0f;
-  const float* part = np.part ? np.part + static_cast<int64_t>(t) * np.n : nullptr;
   accumulate_rows<kQ8, 1, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
-                                               weight_policy(mc.evict_first), preload, acc, part,
-                                               np.n, nss);
-  const float f = norm_factor(np, nss);
+                                               weight_policy(mc.evict_first), preload, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float v = warp_sum(acc[0][r]) * f;
+    const float v = warp_sum(acc[0][r]);
     if (lane == 0 && row0 + r < rows) {
       y[static_cast<int64_t>(t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
     }
@@ -288,8 +256,8 @@ __global__ void __launch_bounds__(kQWarps * 32)
 template <int kRows, int kUnroll, bool kXS>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
-                        int64_t rows, int cols, const int8_t* xq, const float2* xds,
-                        NormParts np, float* g, MatvecConfig mc) {
+                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g,
+                        MatvecConfig mc) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
@@ -302,15 +270,11 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const XSrc x = token_x<kXS>(xq, xds, cols, t);
   if (row0 >= rows) return;
   float acc[2][kRows] = {};
-  float nss = 0.0f;
-  const float* part = np.part ? np.part + static_cast<int64_t>(t) * np.n : nullptr;
   accumulate_rows<false, 2, kRows, kUnroll, kXS>(q, dd, rows, nb, row0, x, lane,
-                                                 weight_policy(mc.evict_first), preload, acc,
-                                                 part, np.n, nss);
-  const float f = norm_factor(np, nss);
+                                                 weight_policy(mc.evict_first), preload, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float vg = warp_sum(acc[0][r]) * f, vu = warp_sum(acc[1][r]) * f;
+    const float vg = warp_sum(acc[0][r]), vu = warp_sum(acc[1][r]);
     if (lane == 0 && row0 + r < rows) {
       g[static_cast<int64_t>(t) * rows + row0 + r] = gelu_tanh(vg) * vu;
     }
@@ -683,9 +647,9 @@ namespace {
 bool x_in_smem(int64_t rows, const MatvecConfig& mc) { return mc.x_smem && rows <= 65536; }
 size_t x_smem_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * 40; }
 
-bool bulk_fits(const DevMatrix& w, int n, Q8Act xq, const MatvecConfig& mc) {
+bool bulk_fits(const DevMatrix& w, int n, const MatvecConfig& mc) {
   const int64_t nb = w.cols / 32;
-  return mc.bulk && n == 1 && !xq.norm.part && nb % 8 == 0 && (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) &&
+  return mc.bulk && n == 1 && nb % 8 == 0 && (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) &&
          reinterpret_cast<uintptr_t>(w.qs) % 16 == 0 && reinterpret_cast<uintptr_t>(w.d) % 16 == 0;
 }
 
@@ -741,14 +705,7 @@ void launch_bulk(const DevMatrix* w, Q8Act xq, float* y, float cap, cudaStream_t
 
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s, const MatvecConfig& mc) {
-  if (xq.norm.part && ((w.type != WType::kQ4_0 && w.type != WType::kQ8_0) || xq.norm.n > 256 ||
-                       xq.norm.n * 32 != w.cols)) {
-    std::fprintf(stderr, "matvec: a deferred norm (%d partial sums) needs Q4_0/Q8_0 weights of "
-                 "32·n columns, n ≤ 256 (%lld columns)\n", xq.norm.n,
-                 static_cast<long long>(w.cols));
-    std::abort();
-  }
-  if (bulk_fits(w, n, xq, mc)) {
+  if (bulk_fits(w, n, mc)) {
     const bool q8 = w.type == WType::kQ8_0;
     if (mc.bulk_rows == 2) {
       q8 ? launch_bulk<true, 1, 2>(&w, xq, y, cap, s, mc) : launch_bulk<false, 1, 2>(&w, xq, y, cap, s, mc);
@@ -765,7 +722,7 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     const size_t smem = xs ? x_smem_bytes(w.cols) : 0;
     auto go = [&](auto kernel) {
       launch(kernel, grid, kQWarps * 32, smem, s, w.qs, w.d, w.rows, static_cast<int>(w.cols),
-             xq.q, xq.ds, xq.norm, y, cap, mc);
+             xq.q, xq.ds, y, cap, mc);
     };
     if (w.type == WType::kQ4_0) {
       if (!xs) {
@@ -792,12 +749,7 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
 
 void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                   cudaStream_t s, const MatvecConfig& mc) {
-  if (xq.norm.part && (xq.norm.n > 256 || xq.norm.n * 32 != gate.cols)) {
-    std::fprintf(stderr, "matvec_gated: a deferred norm of %d partial sums for %lld columns\n",
-                 xq.norm.n, static_cast<long long>(gate.cols));
-    std::abort();
-  }
-  if (bulk_fits(gate, n, xq, mc) && bulk_fits(up, n, xq, mc)) {
+  if (bulk_fits(gate, n, mc) && bulk_fits(up, n, mc)) {
     const DevMatrix w[2] = {gate, up};
     if (mc.bulk_rows == 2) {
       launch_bulk<false, 2, 2>(w, xq, g, 0.0f, s, mc);
@@ -813,7 +765,7 @@ void matvec_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, f
   const size_t smem = xs ? x_smem_bytes(gate.cols) : 0;
   auto go = [&](auto kernel) {
     launch(kernel, grid, kQWarps * 32, smem, s, gate.qs, gate.d, up.qs, up.d, gate.rows,
-           static_cast<int>(gate.cols), xq.q, xq.ds, xq.norm, g, mc);
+           static_cast<int>(gate.cols), xq.q, xq.ds, g, mc);
   };
   if (!xs) {
     go(matvec_gated_kernel<kRows, 2, false>);

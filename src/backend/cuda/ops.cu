@@ -3,7 +3,6 @@
 // quantisation of activations, GELU gating and the soft-cap.
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -94,6 +93,9 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
 // loaded into registers up front, so the kernel is one round trip to memory plus two block
 // reductions: it runs once or twice per layer in decode, on one block, and its latency is the
 // step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0).
+// Measured slower on the H200 (run 12, commit be393a7): many blocks with one reduction each,
+// the next norm's factor applied by the products from partial sums (12B 3-4 %, 31B 3 % at 256
+// threads a block, 8-11 % at 128), and fewer threads with 16 elements each (12B 4-6 %, 31B 2 %).
 template <int kPer>
 __global__ void residual_kernel(float* x, const float* a,
                                 const float* __restrict__ w_post, const float* out_scale,
@@ -151,13 +153,11 @@ __global__ void residual_kernel(float* x, const float* a,
   }
 }
 
-// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8
-// (GEM_CUDA_RES_PER=8|16 asks for at least that many: fewer warps in each block reduction).
+// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8.
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                      cudaStream_t s) {
-  static const int min_per = env_int("GEM_CUDA_RES_PER", 4, 4, 16);
-  const int per = std::max(cols <= 4096 ? 4 : 8, min_per > 8 ? 16 : min_per > 4 ? 8 : 4);
+  const int per = cols <= 4096 ? 4 : 8;
   const int threads = ((cols + per - 1) / per + 31) / 32 * 32;
   if (threads > 1024 || cols % 32 != 0) {
     std::fprintf(stderr, "residual_norm: %d columns (at most 8192, a multiple of 32)\n", cols);
@@ -165,47 +165,9 @@ void launch_residual(float* x, const float* a, const float* w_post, const float*
   }
   if (per == 4) {
     launch(residual_kernel<4>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
-  } else if (per == 8) {
-    launch(residual_kernel<8>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
   } else {
-    launch(residual_kernel<16>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
+    launch(residual_kernel<8>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
   }
-}
-
-// residual_deferred: thread c of the row owns element c (blockIdx.x·blockDim.x + threadIdx.x);
-// every block first sums a² over the whole row (one block reduction, no second one: the next
-// norm's factor goes to the consumers through the per-warp partial sums).
-__global__ void residual_deferred_kernel(float* x, const float* a,
-                                         const float* __restrict__ w_post,
-                                         const float* out_scale,
-                                         const float* __restrict__ w_next, int cols, float eps,
-                                         Q8Act hq, float* part) {
-  __shared__ float red[32];
-  pdl_trigger();
-  const int t = blockIdx.y, lane = threadIdx.x & 31;
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  const bool own = c < cols;  // warp-uniform: cols % 32 == 0
-  const int64_t off = static_cast<int64_t>(t) * cols;
-  const float wp = own ? __ldg(w_post + c) : 0.0f, wn = own ? __ldg(w_next + c) : 0.0f;
-  const float scale = out_scale ? __ldg(out_scale) : 1.0f;
-  pdl_wait();
-  const float xv0 = own ? x[off + c] : 0.0f;
-  float ss = 0.0f;
-#pragma unroll 8
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    const float v = a[off + i];
-    ss += v * v;
-  }
-  ss = block_sum(ss, red);
-  if (!own) return;
-  const float inv_a = rsqrtf(ss / cols + eps);
-  const float xv = (xv0 + a[off + c] * inv_a * wp) * scale;
-  x[off + c] = xv;
-  const int b = c >> 5;
-  q8_block_out(xv * wn, hq.q + off + b * 32, hq.ds + static_cast<int64_t>(t) * (cols / 32) + b,
-               lane);
-  const float sq = warp_sum(xv * xv);
-  if (lane == 0) part[static_cast<int64_t>(t) * (cols / 32) + b] = sq;
 }
 
 // One block per (token, head); thread i owns elements i and i + D/2 (the NeoX pair).
@@ -388,19 +350,6 @@ void residual_norm_scale(float* x, const float* f, const float* w_post, const fl
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                          cudaStream_t s) {
   launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, s);
-  GEM_CUDA_LAUNCHED();
-}
-
-void residual_deferred(float* x, const float* a, const float* w_post, const float* out_scale,
-                       const float* w_next, int n, int cols, float eps, Q8Act hq, float* part,
-                       int threads, cudaStream_t s) {
-  if ((threads != 128 && threads != 256) || cols % 32 != 0 || cols > 8192 || !hq.q) {
-    std::fprintf(stderr, "residual_deferred: %d threads, %d columns (128 or 256; at most 8192, "
-                 "a multiple of 32; q8 output required)\n", threads, cols);
-    std::abort();
-  }
-  launch(residual_deferred_kernel, dim3((cols + threads - 1) / threads, n), threads, 0, s, x, a,
-         w_post, out_scale, w_next, cols, eps, hq, part);
   GEM_CUDA_LAUNCHED();
 }
 
