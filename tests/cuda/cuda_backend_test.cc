@@ -248,6 +248,13 @@ TEST(CudaBackend, FusedPrologueDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}});
 }
 
+// The residual epilogues as clusters of blocks (GEM_CUDA_RES_CLUSTER; the tiny model's 64-wide
+// rows take clusters of 2): every norm of the step, captured in the decode graphs under PDL.
+TEST(CudaBackend, ClusteredResidualDecodeMatchesOneTile) {
+  REQUIRE_GPU();
+  decode_matches_one_tile({{"GEM_CUDA_RES_CLUSTER", "2"}});
+}
+
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

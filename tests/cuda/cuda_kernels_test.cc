@@ -405,49 +405,72 @@ TEST(CudaDequant, F16RowsMatchGetRow) {
   }
 }
 
+// The residual epilogues' launch forms: one block per row, or a cluster of 2, 4 or 8 blocks
+// per row (GEM_CUDA_RES_CLUSTER, read at every launch).
+const char* const kResidualForms[] = {"0", "2", "4", "8"};
+struct ResidualForm {
+  explicit ResidualForm(const char* v) { setenv("GEM_CUDA_RES_CLUSTER", v, 1); }
+  ~ResidualForm() { unsetenv("GEM_CUDA_RES_CLUSTER"); }
+};
+
 TEST(CudaNorm, RmsNormAndQ8Copy) {
   REQUIRE_GPU();
-  for (int cols : {3840, 5376, 64}) {
-    const int n = 3;
-    const auto x = randn(static_cast<size_t>(n) * cols, 3.0f), w = randn(cols);
-    std::vector<float> ref(x.size());
-    cpu::rms_norm(x.data(), w.data(), n, cols, 1e-6f, ref.data());
-    Dev<float> dx(x), dw(w), dy(x.size());
-    Dev<int8_t> q(x.size());
-    Dev<float2> ds(x.size() / 32);
-    cuda::rms_norm(dx.p, dw.p, n, cols, 1e-6f, dy.p, cuda::Q8Act{q.p, ds.p}, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto y = dy.get();
-    const auto qv = q.get();
-    const auto dsv = ds.get();
-    for (size_t i = 0; i < y.size(); ++i) {
-      ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6) << "cols " << cols << " i " << i;
-      // q8 copy: q·s reproduces y within half a step.
-      const float2 s = dsv[i / 32];
-      ASSERT_NEAR(qv[i] * s.x, y[i], 0.5f * s.x + 1e-6f);
+  for (const char* form : kResidualForms) {
+    const ResidualForm scoped(form);
+    for (int cols : {3840, 5376, 64}) {
+      const int n = 3;
+      const auto x = randn(static_cast<size_t>(n) * cols, 3.0f), w = randn(cols);
+      std::vector<float> ref(x.size());
+      cpu::rms_norm(x.data(), w.data(), n, cols, 1e-6f, ref.data());
+      Dev<float> dx(x), dw(w), dy(x.size());
+      Dev<int8_t> q(x.size());
+      Dev<float2> ds(x.size() / 32);
+      cuda::rms_norm(dx.p, dw.p, n, cols, 1e-6f, dy.p, cuda::Q8Act{q.p, ds.p}, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto y = dy.get();
+      const auto qv = q.get();
+      const auto dsv = ds.get();
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6)
+            << "form " << form << " cols " << cols << " i " << i;
+        // q8 copy: q·s reproduces y within half a step.
+        const float2 s = dsv[i / 32];
+        ASSERT_NEAR(qv[i] * s.x, y[i], 0.5f * s.x + 1e-6f) << "form " << form << " i " << i;
+      }
     }
   }
 }
 
 TEST(CudaNorm, ResidualEpilogues) {
   REQUIRE_GPU();
-  const int n = 2, E = 5376;
-  const auto x = randn(n * E), a = randn(n * E, 5.0f), wp = randn(E), wn = randn(E);
-  const float scale = 0.97f;
-  // Reference: x' = (x + rms(a, wp))·scale, h = rms(x', wn).
-  std::vector<float> ra(n * E), rx(x), rh(n * E);
-  cpu::rms_norm(a.data(), wp.data(), n, E, 1e-6f, ra.data());
-  cpu::add(rx.data(), ra.data(), n * E);
-  cpu::scale(rx.data(), n * E, scale);
-  cpu::rms_norm(rx.data(), wn.data(), n, E, 1e-6f, rh.data());
-  Dev<float> dx(x), da(a), dwp(wp), dwn(wn), dh(n * E), ds(std::vector<float>{scale});
-  cuda::residual_norm_scale(dx.p, da.p, dwp.p, ds.p, dwn.p, n, E, 1e-6f, dh.p, cuda::Q8Act{},
-                            nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto gx = dx.get(), gh = dh.get();
-  for (int i = 0; i < n * E; ++i) {
-    ASSERT_NEAR(gx[i], rx[i], 1e-5 * std::fabs(rx[i]) + 1e-5);
-    ASSERT_NEAR(gh[i], rh[i], 1e-4 * std::fabs(rh[i]) + 1e-5);
+  for (const char* form : kResidualForms) {
+    const ResidualForm scoped(form);
+    for (int E : {3840, 5376}) {
+      const int n = 2;
+      const auto x = randn(n * E), a = randn(n * E, 5.0f), wp = randn(E), wn = randn(E);
+      const float scale = 0.97f;
+      // Reference: x' = (x + rms(a, wp))·scale, h = rms(x', wn).
+      std::vector<float> ra(n * E), rx(x), rh(n * E);
+      cpu::rms_norm(a.data(), wp.data(), n, E, 1e-6f, ra.data());
+      cpu::add(rx.data(), ra.data(), n * E);
+      cpu::scale(rx.data(), n * E, scale);
+      cpu::rms_norm(rx.data(), wn.data(), n, E, 1e-6f, rh.data());
+      Dev<float> dx(x), da(a), dwp(wp), dwn(wn), dh(n * E), ds(std::vector<float>{scale});
+      Dev<int8_t> q(static_cast<size_t>(n) * E);
+      Dev<float2> qd(n * E / 32);
+      cuda::residual_norm_scale(dx.p, da.p, dwp.p, ds.p, dwn.p, n, E, 1e-6f, dh.p,
+                                cuda::Q8Act{q.p, qd.p}, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto gx = dx.get(), gh = dh.get();
+      const auto qv = q.get();
+      const auto qdv = qd.get();
+      for (int i = 0; i < n * E; ++i) {
+        ASSERT_NEAR(gx[i], rx[i], 1e-5 * std::fabs(rx[i]) + 1e-5) << "form " << form << " x " << i;
+        ASSERT_NEAR(gh[i], rh[i], 1e-4 * std::fabs(rh[i]) + 1e-5) << "form " << form << " h " << i;
+        ASSERT_NEAR(qv[i] * qdv[i / 32].x, gh[i], 0.5f * qdv[i / 32].x + 1e-6f)
+            << "form " << form << " q8 " << i;
+      }
+    }
   }
 }
 

@@ -57,23 +57,40 @@ int env_int(const char* name, int fallback, int lo, int hi);
 bool pdl_enabled();
 void set_pdl_phase(bool decode);
 
-// Launches `kernel` on `s`, with the PDL attribute when pdl_enabled().
+// Launches `kernel` on `s` in clusters of `cluster` blocks along x (1: no cluster attribute),
+// with the PDL attribute when pdl_enabled().
 template <typename... KArgs, typename... Args>
-void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-            Args&&... args) {
+void launch_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t s, unsigned cluster, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned n_attr = 0;
   if (pdl_enabled()) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
   }
+  if (cluster > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = cluster;
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  cfg.attrs = n_attr > 0 ? attr : nullptr;
+  cfg.numAttrs = n_attr;
   GEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// Launches `kernel` on `s`, with the PDL attribute when pdl_enabled().
+template <typename... KArgs, typename... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+            Args&&... args) {
+  launch_clustered(kernel, grid, block, smem, s, 1, std::forward<Args>(args)...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,6 +1,7 @@
 // Element-wise and row-wise ops of the forward: embedding lookup, RMS norms fused with the
 // residual epilogues, the attention prologue (per-head norms, RoPE), KV-cache stores, q8
 // quantisation of activations, GELU gating and the soft-cap.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <cstdlib>
@@ -87,30 +88,59 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
   }
 }
 
+// Σ v over the row of this block's token: the block's sum, and with kCluster the sum of every
+// block of the cluster (each block holds a slice of the row), exchanged through distributed
+// shared memory: block b's total in cl[slot] of block b, added up by each warp in rank order, so
+// every block gets the same bits. Every thread gets the result.
+template <bool kCluster>
+__device__ __forceinline__ float row_sum(float v, float* red, float* cl, int slot) {
+  v = block_sum(v, red);
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) cl[slot] = v;
+    cluster.sync();
+    const unsigned lane = threadIdx.x & 31;
+    v = lane < cluster.num_blocks() ? *cluster.map_shared_rank(cl + slot, lane) : 0.0f;
+    v = warp_sum(v);
+  }
+  return v;
+}
+
 // x = (x + rms_norm(a, w_post)) · scale; then h = rms_norm(x, w_next) (+ q8) when w_next.
 // With a == nullptr only the second half runs: h = rms_norm(x, w_next) (+ q8).
-// Thread i owns elements i + k·blockDim (k < kPer). Every input (a, x and both weights) is
-// loaded into registers up front, so the kernel is one round trip to memory plus two block
-// reductions: it runs once or twice per layer in decode, on one block, and its latency is the
-// step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0).
+// Thread i owns elements i + k·blockDim (k < kPer) of its block's slice of the row: the whole
+// row (one block per token, blockIdx.x), or with kCluster 1/cluster of it (a cluster of blocks
+// per token: blockIdx.x = rank, blockIdx.y = token; the reductions span the cluster). Every input
+// (a, x and both weights) is loaded into registers up front, so the kernel is one round trip to
+// memory plus two reductions: it runs once or twice per layer in decode and its latency is the
+// step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0 and
+// the slice a multiple of 32).
 // Measured slower on the H200 (run 12, commit be393a7): many blocks with one reduction each,
 // the next norm's factor applied by the products from partial sums (12B 3-4 %, 31B 3 % at 256
 // threads a block, 8-11 % at 128), and fewer threads with 16 elements each (12B 4-6 %, 31B 2 %).
-template <int kPer>
+// Run 12 call 6: the one-block form is partly issue-bound on its SM (30 warps, top stall "not
+// selected"), which the cluster form (GEM_CUDA_RES_CLUSTER) spreads over 2-8 SMs.
+template <int kPer, bool kCluster>
 __global__ void residual_kernel(float* x, const float* a,
                                 const float* __restrict__ w_post, const float* out_scale,
                                 const float* __restrict__ w_next, int cols, float eps,
                                 float* __restrict__ h, Q8Act hq) {
   __shared__ float red[32];
+  __shared__ float cl[2];
   pdl_trigger();
-  const int t = blockIdx.x, lane = threadIdx.x & 31;
-  const int64_t off = static_cast<int64_t>(t) * cols;
+  const int t = kCluster ? blockIdx.y : blockIdx.x, lane = threadIdx.x & 31;
+  const int slice = kCluster ? cols / static_cast<int>(gridDim.x) : cols;
+  const int64_t off = static_cast<int64_t>(t) * cols + (kCluster ? blockIdx.x * slice : 0);
+  const int64_t qoff = static_cast<int64_t>(t) * (cols / 32) + (kCluster ? blockIdx.x * slice / 32 : 0);
+  const float* wpo = w_post ? w_post + (off - static_cast<int64_t>(t) * cols) : nullptr;
+  const float* wne = w_next ? w_next + (off - static_cast<int64_t>(t) * cols) : nullptr;
   float wp[kPer], wn[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int c = threadIdx.x + k * blockDim.x;
-    wp[k] = a && c < cols ? __ldg(w_post + c) : 0.0f;
-    wn[k] = w_next && c < cols ? __ldg(w_next + c) : 0.0f;
+    wp[k] = a && c < slice ? __ldg(wpo + c) : 0.0f;
+    wn[k] = w_next && c < slice ? __ldg(wne + c) : 0.0f;
   }
   // A weight too: loaded with the others, not after the first reduction.
   const float scale = out_scale ? __ldg(out_scale) : 1.0f;
@@ -119,54 +149,70 @@ __global__ void residual_kernel(float* x, const float* a,
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int c = threadIdx.x + k * blockDim.x;
-    av[k] = a && c < cols ? a[off + c] : 0.0f;
-    xv[k] = c < cols ? x[off + c] : 0.0f;
+    av[k] = a && c < slice ? a[off + c] : 0.0f;
+    xv[k] = c < slice ? x[off + c] : 0.0f;
   }
   if (a) {
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) ss += av[k] * av[k];
-    ss = block_sum(ss, red);
+    ss = row_sum<kCluster>(ss, red, cl, 0);
     const float inv_a = rsqrtf(ss / cols + eps);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int c = threadIdx.x + k * blockDim.x;
       xv[k] = (xv[k] + av[k] * inv_a * wp[k]) * scale;
-      if (c < cols) x[off + c] = xv[k];
+      if (c < slice) x[off + c] = xv[k];
     }
   }
-  if (!w_next) return;
-  float ss2 = 0.0f;
+  if (w_next) {
+    float ss2 = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) ss2 += xv[k] * xv[k];
-  ss2 = block_sum(ss2, red);
-  const float inv = rsqrtf(ss2 / cols + eps);
+    for (int k = 0; k < kPer; ++k) ss2 += xv[k] * xv[k];
+    ss2 = row_sum<kCluster>(ss2, red, cl, 1);
+    const float inv = rsqrtf(ss2 / cols + eps);
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
-    if (base < cols) {
-      const int c = base + lane;
-      const float v = xv[k] * inv * wn[k];
-      h[off + c] = v;
-      if (hq.q) q8_block_out(v, hq.q + off + base, hq.ds + static_cast<int64_t>(t) * (cols / 32) + base / 32, lane);
+    for (int k = 0; k < kPer; ++k) {
+      const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
+      if (base < slice) {
+        const int c = base + lane;
+        const float v = xv[k] * inv * wn[k];
+        h[off + c] = v;
+        if (hq.q) q8_block_out(v, hq.q + off + base, hq.ds + qoff + base / 32, lane);
+      }
     }
   }
+  // No block of the cluster leaves while another may still read its cl.
+  if constexpr (kCluster) cooperative_groups::this_cluster().sync();
 }
 
-// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns, else 8.
+// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
+// slice, else 8. GEM_CUDA_RES_CLUSTER=2|4|8 (read at every launch, so that the kernel tests run
+// each; 0, the default until measured: one block per row): a cluster of that many blocks per
+// row, each over 1/cluster of it, when the slices are whole q8 blocks.
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                      cudaStream_t s) {
-  const int per = cols <= 4096 ? 4 : 8;
-  const int threads = ((cols + per - 1) / per + 31) / 32 * 32;
+  int cluster = env_int("GEM_CUDA_RES_CLUSTER", 0, 0, 8);
+  if (cluster != 2 && cluster != 4 && cluster != 8) cluster = 1;
+  if (cols % (32 * cluster) != 0) cluster = 1;
+  const int slice = cols / cluster;
+  const int per = slice <= 4096 ? 4 : 8;
+  const int threads = ((slice + per - 1) / per + 31) / 32 * 32;
   if (threads > 1024 || cols % 32 != 0) {
     std::fprintf(stderr, "residual_norm: %d columns (at most 8192, a multiple of 32)\n", cols);
     std::abort();
   }
-  if (per == 4) {
-    launch(residual_kernel<4>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
+  auto go = [&](auto kernel, dim3 grid) {
+    launch_clustered(kernel, grid, threads, 0, s, static_cast<unsigned>(cluster), x, a, w_post,
+                     out_scale, w_next, cols, eps, h, hq);
+  };
+  if (cluster > 1) {
+    const dim3 grid(static_cast<unsigned>(cluster), static_cast<unsigned>(n));
+    per == 4 ? go(residual_kernel<4, true>, grid) : go(residual_kernel<8, true>, grid);
   } else {
-    launch(residual_kernel<8>, n, threads, 0, s, x, a, w_post, out_scale, w_next, cols, eps, h, hq);
+    const dim3 grid(static_cast<unsigned>(n));
+    per == 4 ? go(residual_kernel<4, false>, grid) : go(residual_kernel<8, false>, grid);
   }
 }
 
