@@ -255,6 +255,12 @@ TEST(CudaBackend, ClusteredResidualDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_RES_CLUSTER", "2"}});
 }
 
+// The CUDA-core decode attention's lean form (GEM_CUDA_ATTN_LEAN=1) in every decode graph.
+TEST(CudaBackend, LeanDecodeAttentionMatchesOneTile) {
+  REQUIRE_GPU();
+  decode_matches_one_tile({{"GEM_CUDA_ATTN_LEAN", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
+}
+
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

@@ -774,6 +774,22 @@ void check_decode_cases() {
   check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // 31B full, f32
   check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // a 32-wide head, one chunk
   unsetenv("GEM_CUDA_MERGE_CHUNK");
+  // The CUDA-core kernel's lean form (GEM_CUDA_ATTN_LEAN=1: one ring modulo per tile, __expf,
+  // vector loads of q and stores of the parts), every group size on it (tensor cores off).
+  setenv("GEM_CUDA_ATTN_LEAN", "1", 1);
+  setenv("GEM_CUDA_ATTN_MMA", "0", 1);
+  {
+    SCOPED_TRACE("GEM_CUDA_ATTN_LEAN=1");
+    check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P);  // 12B sliding, wrapped ring
+    check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16, not full
+    check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P);  // 31B sliding
+    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P);   // r = 16, depth 33K
+    check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // r = 8
+    check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P);             // r = 1, first token
+    check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, tiny ring
+  }
+  unsetenv("GEM_CUDA_ATTN_MMA");
+  unsetenv("GEM_CUDA_ATTN_LEAN");
 }
 
 TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {

@@ -446,7 +446,21 @@ __device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
   __syncthreads();
 }
 
-template <int D, typename T, int kHPW>
+// The softmax exponential of the decode kernel: expf, or with kLean the hardware ex2-based
+// __expf (a few instructions instead of a dozen; relative error ~2^-21 plus 2 ulp).
+template <bool kLean>
+__device__ __forceinline__ float dec_exp(float x) {
+  if constexpr (kLean) {
+    return __expf(x);
+  } else {
+    return expf(x);
+  }
+}
+
+// kLean (GEM_CUDA_ATTN_LEAN=1, off until measured on the GPU; run 12 call 6 found this kernel
+// bound by its ~1,250 instructions per warp at ~10 cycles each): one ring modulo per tile instead
+// of one per 16-byte copy, __expf, the queries in float4 loads and the parts in float2 stores.
+template <int D, typename T, int kHPW, bool kLean>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
   constexpr int kPL = D / 32;
   constexpr int kRow = D * static_cast<int>(sizeof(T));  // bytes per key row
@@ -475,10 +489,19 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   auto load_stage = [&](int stage, int tile) {
     const int k0 = kb + tile * kKT;
     const int nk = min(kKT, ke - k0);
+    // kLean: the tile's first slot once; its keys (fewer than the ring's slots) wrap at most once.
+    const int slot0 = kLean && a.ring ? k0 % a.n_slots : k0;
     for (int c = threadIdx.x; c < nk * (kRow / 16); c += kDecWarps * 32) {
       const int kk = c / (kRow / 16), off = (c % (kRow / 16)) * 16;
-      const int kp = k0 + kk;
-      const int64_t src = static_cast<int64_t>(a.ring ? kp % a.n_slots : kp) * kRow + off;
+      int slot;
+      if constexpr (kLean) {
+        slot = slot0 + kk;
+        if (a.ring && slot >= a.n_slots) slot -= a.n_slots;
+      } else {
+        const int kp = k0 + kk;
+        slot = a.ring ? kp % a.n_slots : kp;
+      }
+      const int64_t src = static_cast<int64_t>(slot) * kRow + off;
       cp_async16(&smem[stage][0][kk * kRow + off], kc + src);
       cp_async16(&smem[stage][1][kk * kRow + off], vc + src);
     }
@@ -494,11 +517,22 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   for (int h = 0; h < kHPW; ++h) {
     const float* qrow = fused ? qs + (heads[h] - g * r) * fused_q_stride<D>() + lane * kPL
                               : a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
+    if constexpr (kLean && kPL % 4 == 0) {
+      // 16-byte aligned: D and kPL are multiples of 4 (a.q from cudaMalloc; qs rows D + 4).
 #pragma unroll
-    for (int i = 0; i < kPL; ++i) {
-      qv[h][i] = qrow[i];
-      acc[h][i] = 0.0f;
+      for (int j = 0; j < kPL / 4; ++j) {
+        const float4 v4 = reinterpret_cast<const float4*>(qrow)[j];
+        qv[h][4 * j] = v4.x;
+        qv[h][4 * j + 1] = v4.y;
+        qv[h][4 * j + 2] = v4.z;
+        qv[h][4 * j + 3] = v4.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPL; ++i) qv[h][i] = qrow[i];
     }
+#pragma unroll
+    for (int i = 0; i < kPL; ++i) acc[h][i] = 0.0f;
     m[h] = -INFINITY;
     l[h] = 0.0f;
   }
@@ -546,13 +580,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
         for (int u = 0; u < kDecGroup; ++u) {
           if (kk0 + u * n_ksub < nk) mg = fmaxf(mg, s[h][u]);
         }
-        const float corr = expf(m[h] - mg);
+        const float corr = dec_exp<kLean>(m[h] - mg);
         l[h] *= corr;
 #pragma unroll
         for (int i = 0; i < kPL; ++i) acc[h][i] *= corr;
 #pragma unroll
         for (int u = 0; u < kDecGroup; ++u) {
-          pr[h][u] = kk0 + u * n_ksub < nk ? expf(s[h][u] - mg) : 0.0f;
+          pr[h][u] = kk0 + u * n_ksub < nk ? dec_exp<kLean>(s[h][u] - mg) : 0.0f;
           l[h] += pr[h][u];
         }
         m[h] = mg;
@@ -579,8 +613,16 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
       part[0] = mm;
       part[1] = ll;
     }
+    if constexpr (kLean && kPL % 2 == 0) {
+      // 8-byte aligned: rows of D + 2 floats, D even.
 #pragma unroll
-    for (int i = 0; i < kPL; ++i) part[2 + lane * kPL + i] = ac[i];
+      for (int i = 0; i < kPL; i += 2) {
+        reinterpret_cast<float2*>(part + 2 + lane * kPL)[i / 2] = make_float2(ac[i], ac[i + 1]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPL; ++i) part[2 + lane * kPL + i] = ac[i];
+    }
   };
   if (n_ksub == 1) {
 #pragma unroll
@@ -609,7 +651,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   for (int sw = 0; sw < n_ksub; ++sw) {
     const float* o = red + (warp + sw * r) * (D + 2);
     if (!(o[1] > 0.0f)) continue;
-    const float w = expf(o[0] - mx);
+    const float w = dec_exp<kLean>(o[0] - mx);
     ll += o[1] * w;
 #pragma unroll
     for (int i = 0; i < kPL; ++i) ac[i] += o[2 + lane * kPL + i] * w;
@@ -1112,14 +1154,18 @@ void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
+// GEM_CUDA_ATTN_LEAN=1 picks the kernel's kLean form; read at every launch (a decode graph's
+// capture), so that the kernel tests run both.
 template <int D, typename T>
 void launch_decode(const AttnArgs& a, cudaStream_t s) {
   const int r = a.n_heads / a.n_kv;
   const dim3 grid(a.n_kv, a.n_splits);
+  const bool lean = env_int("GEM_CUDA_ATTN_LEAN", 0, 0, 1) == 1;
+  auto go = [&](auto kernel) { launch(kernel, grid, kDecWarps * 32, 0, s, a); };
   if (r == 16) {
-    launch(attention_decode_kernel<D, T, 2>, grid, kDecWarps * 32, 0, s, a);
+    lean ? go(attention_decode_kernel<D, T, 2, true>) : go(attention_decode_kernel<D, T, 2, false>);
   } else {
-    launch(attention_decode_kernel<D, T, 1>, grid, kDecWarps * 32, 0, s, a);
+    lean ? go(attention_decode_kernel<D, T, 1, true>) : go(attention_decode_kernel<D, T, 1, false>);
   }
 }
 
