@@ -790,6 +790,23 @@ void check_decode_cases() {
   }
   unsetenv("GEM_CUDA_ATTN_MMA");
   unsetenv("GEM_CUDA_ATTN_LEAN");
+  // Splits of 16 keys (GEM_CUDA_SPLIT_MIN_KEYS=16: one 16-key tile per CUDA-core block at head
+  // width 256; a partial tile of the tensor-core forms), on every decode form.
+  setenv("GEM_CUDA_SPLIT_MIN_KEYS", "16", 1);
+  {
+    SCOPED_TRACE("GEM_CUDA_SPLIT_MIN_KEYS=16");
+    check_attention(16, 8, 256, 1024, 1024, true, 5000, 1, 64, P);   // 12B sliding, 64 splits
+    check_attention(32, 16, 256, 1024, 1024, true, 700, 1, 44, P);   // 31B sliding, not full
+    setenv("GEM_CUDA_ATTN_LEAN", "1", 1);
+    check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 64, P);  // lean, f32
+    unsetenv("GEM_CUDA_ATTN_LEAN");
+    for (const char* form : {"1", "2"}) {
+      setenv("GEM_CUDA_ATTN_MMA", form, 1);
+      check_attention(32, 4, 512, 0, 9000, true, 700, 1, 44, P);     // 31B full, 16-key splits
+    }
+    unsetenv("GEM_CUDA_ATTN_MMA");
+  }
+  unsetenv("GEM_CUDA_SPLIT_MIN_KEYS");
 }
 
 TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {

@@ -275,7 +275,7 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, float (&out)[k
 }
 
 // The key range [kb, ke) of one split for the decode query at pos0 (n = 1): the visible range
-// cut into n_splits chunks of at least kMinChunk keys.
+// cut into n_splits chunks of at least a.min_chunk keys.
 struct SplitRange {
   int kb, ke;
 };
@@ -284,7 +284,7 @@ __device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int 
   const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
   const int len = p + 1 - lo;
   int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < kMinChunk ? kMinChunk : chunk;
+  chunk = chunk < a.min_chunk ? a.min_chunk : chunk;
   const int kb = lo + split * chunk;
   return {kb, min(p + 1, kb + chunk)};
 }
@@ -1232,10 +1232,13 @@ bool attention_decode_supported(const AttnArgs& a) {
          (r == 1 || r == 2 || r == 4 || r == 8 || r == 16);
 }
 
+int split_min_keys() { return env_int("GEM_CUDA_SPLIT_MIN_KEYS", kMinChunk, 16, 1 << 20); }
+
 void attention(const AttnArgs& args, cudaStream_t s) {
   AttnArgs a = args;
   a.skip_empty = env_flag("GEM_CUDA_ATTN_SKIP_EMPTY", false);
   a.early_kv = env_flag("GEM_CUDA_ATTN_EARLY_KV", true);
+  a.min_chunk = split_min_keys();
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();

@@ -196,6 +196,13 @@ void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaSt
 // n_slots), keys of the tile itself from k/v ([n, n_kv, D] f32). Visible: causal, and within
 // `window` on sliding layers (0 = unlimited). Scale 1.0. out: [n, n_heads, D] f32, plus its
 // q8 copy when outq.q. `part` is scratch of attention_part_floats() floats.
+// The fewest keys of a decode attention split: GEM_CUDA_SPLIT_MIN_KEYS (32, the default; 16
+// to 2^20). More gives the sliding layers fewer, longer splits (run 11: slower at 64); 16 allows
+// one 16-key tile per block of the CUDA-core kernel at head width 256 (f16), with
+// GEM_CUDA_RING_SPLITS_PER_SM=4 (forward_cuda.cu) to ask for that many splits. Read at every
+// call, so that the kernel tests can run each.
+int split_min_keys();
+
 struct AttnArgs {
   const float* q;
   const float* k_tile;
@@ -223,6 +230,9 @@ struct AttnArgs {
   int64_t max_keys = 0;
   // Set by attention(): decode blocks of an empty split write l = 0 and exit at once.
   bool skip_empty = false;
+  // Set by attention(): the fewest keys of a decode split (GEM_CUDA_SPLIT_MIN_KEYS, 32; at least
+  // 16), the rule the backend's split counts follow too.
+  int min_chunk = 32;
   // Set by attention(): decode blocks whose key range does not hold the token's position issue
   // their first K/V copies before pdl_wait (GEM_CUDA_ATTN_EARLY_KV, on by default).
   bool early_kv = false;
