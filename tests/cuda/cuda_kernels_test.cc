@@ -328,6 +328,22 @@ TEST(CudaDecodeSkip, ParsesKnownNamesAndRejectsOthers) {
             std::string::npos);
 }
 
+// env_pick (host code: runs without a GPU): a value outside the list, or not an integer, gives
+// the fallback; a listed one is taken.
+TEST(CudaEnv, PickTakesOnlyListedValues) {
+  const char* name = "GEM_CUDA_TEST_PICK";
+  unsetenv(name);
+  EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 0);
+  setenv(name, "4", 1);
+  EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 4);
+  for (const char* bad : {"3", "16", "-2", "x", "4x"}) {
+    setenv(name, bad, 1);
+    EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 0) << bad;
+    EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 0) << bad << " (second read)";
+  }
+  unsetenv(name);
+}
+
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
   REQUIRE_GPU();
   check_matvec(DType::kQ4_0, 4096 + 2048 + 2048, 3840);  // 12B sliding q|k|v

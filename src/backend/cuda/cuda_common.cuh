@@ -48,6 +48,7 @@ bool env_flag(const char* name, bool fallback);
 // A GEM_CUDA_* integer (tuning knobs): `fallback` when unset; a value that is not an integer in
 // [lo, hi] is reported on stderr and replaced by `fallback`.
 int env_int(const char* name, int fallback, int lo, int hi);
+// env_pick: kernels.cuh.
 
 // Whether launches carry the PDL attribute. GEM_CUDA_PDL=1 (the default): every launch; a
 // decode product then loads its first weights while the previous kernel finishes (run 9, same

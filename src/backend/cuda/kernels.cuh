@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string_view>
 
 #include "base/status.h"
@@ -52,6 +53,11 @@ struct Q8Act {
   int8_t* q = nullptr;
   float2* ds = nullptr;
 };
+
+// A GEM_CUDA_* integer that must be one of `allowed` (or `fallback`); another value, or one
+// that is not an integer, is reported on stderr (once per name and value, as env_int reports
+// its own) and replaced by `fallback`. Host code (tests run it without a GPU).
+int env_pick(const char* name, int fallback, std::initializer_list<int> allowed);
 
 // Per-eval values the captured decode graph reads from device memory, so one graph serves
 // every position.

@@ -4,8 +4,12 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/decode_prologue.cuh"
@@ -193,8 +197,8 @@ __global__ void residual_kernel(float* x, const float* a,
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                      cudaStream_t s) {
-  int cluster = env_int("GEM_CUDA_RES_CLUSTER", 0, 0, 8);
-  if (cluster != 2 && cluster != 4 && cluster != 8) cluster = 1;
+  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", 0, {0, 2, 4, 8});
+  if (cluster == 0) cluster = 1;
   if (cols % (32 * cluster) != 0) cluster = 1;
   const int slice = cols / cluster;
   const int per = slice <= 4096 ? 4 : 8;
@@ -335,17 +339,47 @@ bool env_flag(const char* name, bool fallback) {
   return e == nullptr || e[0] == '\0' ? fallback : e[0] != '0';
 }
 
+namespace {
+// Whether a bad value of this knob has been reported already: knobs read at every launch say
+// so once per name and value, not once per launch.
+bool first_report(const char* name, const char* value) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::lock_guard<std::mutex> lock(mu);
+  return said.insert(std::string(name) + "=" + value).second;
+}
+}  // namespace
+
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* e = std::getenv(name);
   if (e == nullptr || e[0] == '\0') return fallback;
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
   if (*end != '\0' || v < lo || v > hi) {
-    std::fprintf(stderr, "gem: %s=\"%s\" is not an integer in [%d, %d]; using %d\n", name, e, lo,
-                 hi, fallback);
+    if (first_report(name, e)) {
+      std::fprintf(stderr, "gem: %s=\"%s\" is not an integer in [%d, %d]; using %d\n", name, e,
+                   lo, hi, fallback);
+    }
     return fallback;
   }
   return static_cast<int>(v);
+}
+
+int env_pick(const char* name, int fallback, std::initializer_list<int> allowed) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || e[0] == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (*end == '\0' && (v == fallback || std::find(allowed.begin(), allowed.end(), v) != allowed.end())) {
+    return static_cast<int>(v);
+  }
+  if (first_report(name, e)) {
+    std::string list;
+    for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
+    std::fprintf(stderr, "gem: %s=\"%s\" is not one of %s; using %d\n", name, e, list.c_str(),
+                 fallback);
+  }
+  return fallback;
 }
 
 namespace {
