@@ -15,7 +15,7 @@
 namespace gem::cuda {
 namespace {
 
-constexpr int kMinChunk = 32;  // fewest keys per split: below this the merge costs more
+constexpr int kMinChunk = 32;  // default fewest keys per split (split_min_keys, AttnArgs::min_chunk)
 
 // The decode of full layers on the tensor cores. By default the split form (2) for launches
 // that can see at least GEM_CUDA_ATTN_MMA2_MIN_KEYS (4096) keys and the form where every warp
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
   const int hi = pos0 + t_last + 1;
   const int len = hi - lo;
   int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < kMinChunk ? kMinChunk : chunk;
+  chunk = chunk < a.min_chunk ? a.min_chunk : chunk;
   const int k_begin = lo + split * chunk, k_end = min(hi, k_begin + chunk);
   const int p = pos0 + tq;
   const int kb = max(k_begin, a.window > 0 ? max(0, p - a.window + 1) : 0);

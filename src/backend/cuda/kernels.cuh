@@ -236,7 +236,7 @@ struct AttnArgs {
   int64_t max_keys = 0;
   // Set by attention(): decode blocks of an empty split write l = 0 and exit at once.
   bool skip_empty = false;
-  // Set by attention(): the fewest keys of a decode split (GEM_CUDA_SPLIT_MIN_KEYS, 32; at least
+  // Set by attention(): the fewest keys of a split (GEM_CUDA_SPLIT_MIN_KEYS, 32; at least
   // 16), the rule the backend's split counts follow too.
   int min_chunk = 32;
   // Set by attention(): decode blocks whose key range does not hold the token's position issue

@@ -135,10 +135,11 @@ __global__ void residual_kernel(float* x, const float* a,
   pdl_trigger();
   const int t = kCluster ? blockIdx.y : blockIdx.x, lane = threadIdx.x & 31;
   const int slice = kCluster ? cols / static_cast<int>(gridDim.x) : cols;
-  const int64_t off = static_cast<int64_t>(t) * cols + (kCluster ? blockIdx.x * slice : 0);
-  const int64_t qoff = static_cast<int64_t>(t) * (cols / 32) + (kCluster ? blockIdx.x * slice / 32 : 0);
-  const float* wpo = w_post ? w_post + (off - static_cast<int64_t>(t) * cols) : nullptr;
-  const float* wne = w_next ? w_next + (off - static_cast<int64_t>(t) * cols) : nullptr;
+  const int col0 = kCluster ? static_cast<int>(blockIdx.x) * slice : 0;  // the slice's first column
+  const int64_t off = static_cast<int64_t>(t) * cols + col0;
+  const int64_t qoff = (static_cast<int64_t>(t) * cols + col0) / 32;
+  const float* wpo = w_post ? w_post + col0 : nullptr;
+  const float* wne = w_next ? w_next + col0 : nullptr;
   float wp[kPer], wn[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
