@@ -974,6 +974,11 @@ TEST(CudaAttention, PromptTiles) {
   check_attention(16, 1, 512, 0, 4096, true, 1000, 20, 3);
   check_attention(4, 2, 32, 16, 16, false, 40, 24, 1);           // tile longer than the ring
   check_attention(8, 2, 64, 0, 256, false, 10, 30, 2);
+  // Splits of 16 keys (GEM_CUDA_SPLIT_MIN_KEYS=16, the rule the prompt kernel shares with decode).
+  setenv("GEM_CUDA_SPLIT_MIN_KEYS", "16", 1);
+  check_attention(16, 8, 256, 1024, 1024, false, 2000, 5, 40);   // ring, 16-key splits
+  check_attention(8, 2, 64, 0, 256, false, 10, 3, 8);            // more splits than keys
+  unsetenv("GEM_CUDA_SPLIT_MIN_KEYS");
 }
 
 TEST(CudaSample, GreedyWithPenaltiesMatchesHostSampler) {
