@@ -255,21 +255,6 @@ TEST(CudaBackend, ClusteredResidualDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_RES_CLUSTER", "2"}});
 }
 
-// The CUDA-core decode attention's lean form (GEM_CUDA_ATTN_LEAN=1) in every decode graph.
-TEST(CudaBackend, LeanDecodeAttentionMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_ATTN_LEAN", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
-}
-
-// Decode splits of 16 keys and four per SM on the sliding layers (GEM_CUDA_SPLIT_MIN_KEYS,
-// GEM_CUDA_RING_SPLITS_PER_SM), with the lean kernel and without.
-TEST(CudaBackend, ShortRingSplitsDecodeMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_SPLIT_MIN_KEYS", "16"}, {"GEM_CUDA_RING_SPLITS_PER_SM", "4"},
-                           {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
-  decode_matches_one_tile({{"GEM_CUDA_SPLIT_MIN_KEYS", "16"}, {"GEM_CUDA_ATTN_LEAN", "1"}});
-}
-
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

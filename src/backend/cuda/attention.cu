@@ -15,8 +15,6 @@
 namespace gem::cuda {
 namespace {
 
-constexpr int kMinChunk = 32;  // default fewest keys per split (split_min_keys, AttnArgs::min_chunk)
-
 // The decode of full layers on the tensor cores. By default the split form (2) for launches
 // that can see at least GEM_CUDA_ATTN_MMA2_MIN_KEYS (4096) keys and the form where every warp
 // computes the whole S (1) for shorter ones: run 10, one 32,896-position context, the split form
@@ -69,7 +67,7 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
   const int hi = pos0 + t_last + 1;
   const int len = hi - lo;
   int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < a.min_chunk ? a.min_chunk : chunk;
+  chunk = chunk < kSplitMinKeys ? kSplitMinKeys : chunk;
   const int k_begin = lo + split * chunk, k_end = min(hi, k_begin + chunk);
   const int p = pos0 + tq;
   const int kb = max(k_begin, a.window > 0 ? max(0, p - a.window + 1) : 0);
@@ -275,7 +273,7 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, float (&out)[k
 }
 
 // The key range [kb, ke) of one split for the decode query at pos0 (n = 1): the visible range
-// cut into n_splits chunks of at least a.min_chunk keys.
+// cut into n_splits chunks of at least kSplitMinKeys keys.
 struct SplitRange {
   int kb, ke;
 };
@@ -284,7 +282,7 @@ __device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int 
   const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
   const int len = p + 1 - lo;
   int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < a.min_chunk ? a.min_chunk : chunk;
+  chunk = chunk < kSplitMinKeys ? kSplitMinKeys : chunk;
   const int kb = lo + split * chunk;
   return {kb, min(p + 1, kb + chunk)};
 }
@@ -446,21 +444,12 @@ __device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
   __syncthreads();
 }
 
-// The softmax exponential of the decode kernel: expf, or with kLean the hardware ex2-based
-// __expf (a few instructions instead of a dozen; relative error ~2^-21 plus 2 ulp).
-template <bool kLean>
-__device__ __forceinline__ float dec_exp(float x) {
-  if constexpr (kLean) {
-    return __expf(x);
-  } else {
-    return expf(x);
-  }
-}
-
-// kLean (GEM_CUDA_ATTN_LEAN=1, off until measured on the GPU; run 12 call 6 found this kernel
-// bound by its ~1,250 instructions per warp at ~10 cycles each): one ring modulo per tile instead
-// of one per 16-byte copy, __expf, the queries in float4 loads and the parts in float2 stores.
-template <int D, typename T, int kHPW, bool kLean>
+// Run 12 call 6 found this kernel bound by its ~1,250 instructions per warp at ~10 cycles each,
+// not by bandwidth; it takes the lean form measured in run 13 (12B 2.4-3.6 % faster decode, the
+// 31B unchanged): one ring modulo per tile instead of one per 16-byte copy, the hardware
+// ex2-based __expf in the softmax (a few instructions instead of expf's dozen; relative error
+// ~2^-21 plus 2 ulp), the queries in float4 loads and the parts in float2 stores.
+template <int D, typename T, int kHPW>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
   constexpr int kPL = D / 32;
   constexpr int kRow = D * static_cast<int>(sizeof(T));  // bytes per key row
@@ -489,18 +478,12 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   auto load_stage = [&](int stage, int tile) {
     const int k0 = kb + tile * kKT;
     const int nk = min(kKT, ke - k0);
-    // kLean: the tile's first slot once; its keys (fewer than the ring's slots) wrap at most once.
-    const int slot0 = kLean && a.ring ? k0 % a.n_slots : k0;
+    // The tile's first slot once; its keys (fewer than the ring's slots) wrap at most once.
+    const int slot0 = a.ring ? k0 % a.n_slots : k0;
     for (int c = threadIdx.x; c < nk * (kRow / 16); c += kDecWarps * 32) {
       const int kk = c / (kRow / 16), off = (c % (kRow / 16)) * 16;
-      int slot;
-      if constexpr (kLean) {
-        slot = slot0 + kk;
-        if (a.ring && slot >= a.n_slots) slot -= a.n_slots;
-      } else {
-        const int kp = k0 + kk;
-        slot = a.ring ? kp % a.n_slots : kp;
-      }
+      int slot = slot0 + kk;
+      if (a.ring && slot >= a.n_slots) slot -= a.n_slots;
       const int64_t src = static_cast<int64_t>(slot) * kRow + off;
       cp_async16(&smem[stage][0][kk * kRow + off], kc + src);
       cp_async16(&smem[stage][1][kk * kRow + off], vc + src);
@@ -517,7 +500,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   for (int h = 0; h < kHPW; ++h) {
     const float* qrow = fused ? qs + (heads[h] - g * r) * fused_q_stride<D>() + lane * kPL
                               : a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
-    if constexpr (kLean && kPL % 4 == 0) {
+    if constexpr (kPL % 4 == 0) {
       // 16-byte aligned: D and kPL are multiples of 4 (a.q from cudaMalloc; qs rows D + 4).
 #pragma unroll
       for (int j = 0; j < kPL / 4; ++j) {
@@ -580,13 +563,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
         for (int u = 0; u < kDecGroup; ++u) {
           if (kk0 + u * n_ksub < nk) mg = fmaxf(mg, s[h][u]);
         }
-        const float corr = dec_exp<kLean>(m[h] - mg);
+        const float corr = __expf(m[h] - mg);
         l[h] *= corr;
 #pragma unroll
         for (int i = 0; i < kPL; ++i) acc[h][i] *= corr;
 #pragma unroll
         for (int u = 0; u < kDecGroup; ++u) {
-          pr[h][u] = kk0 + u * n_ksub < nk ? dec_exp<kLean>(s[h][u] - mg) : 0.0f;
+          pr[h][u] = kk0 + u * n_ksub < nk ? __expf(s[h][u] - mg) : 0.0f;
           l[h] += pr[h][u];
         }
         m[h] = mg;
@@ -613,7 +596,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
       part[0] = mm;
       part[1] = ll;
     }
-    if constexpr (kLean && kPL % 2 == 0) {
+    if constexpr (kPL % 2 == 0) {
       // 8-byte aligned: rows of D + 2 floats, D even.
 #pragma unroll
       for (int i = 0; i < kPL; i += 2) {
@@ -651,7 +634,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   for (int sw = 0; sw < n_ksub; ++sw) {
     const float* o = red + (warp + sw * r) * (D + 2);
     if (!(o[1] > 0.0f)) continue;
-    const float w = dec_exp<kLean>(o[0] - mx);
+    const float w = __expf(o[0] - mx);
     ll += o[1] * w;
 #pragma unroll
     for (int i = 0; i < kPL; ++i) ac[i] += o[2 + lane * kPL + i] * w;
@@ -1154,18 +1137,14 @@ void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
-// GEM_CUDA_ATTN_LEAN=1 picks the kernel's kLean form; read at every launch (a decode graph's
-// capture), so that the kernel tests run both.
 template <int D, typename T>
 void launch_decode(const AttnArgs& a, cudaStream_t s) {
   const int r = a.n_heads / a.n_kv;
   const dim3 grid(a.n_kv, a.n_splits);
-  const bool lean = env_int("GEM_CUDA_ATTN_LEAN", 0, 0, 1) == 1;
-  auto go = [&](auto kernel) { launch(kernel, grid, kDecWarps * 32, 0, s, a); };
   if (r == 16) {
-    lean ? go(attention_decode_kernel<D, T, 2, true>) : go(attention_decode_kernel<D, T, 2, false>);
+    launch(attention_decode_kernel<D, T, 2>, grid, kDecWarps * 32, 0, s, a);
   } else {
-    lean ? go(attention_decode_kernel<D, T, 1, true>) : go(attention_decode_kernel<D, T, 1, false>);
+    launch(attention_decode_kernel<D, T, 1>, grid, kDecWarps * 32, 0, s, a);
   }
 }
 
@@ -1232,13 +1211,10 @@ bool attention_decode_supported(const AttnArgs& a) {
          (r == 1 || r == 2 || r == 4 || r == 8 || r == 16);
 }
 
-int split_min_keys() { return env_int("GEM_CUDA_SPLIT_MIN_KEYS", kMinChunk, 16, 1 << 20); }
-
 void attention(const AttnArgs& args, cudaStream_t s) {
   AttnArgs a = args;
   a.skip_empty = env_flag("GEM_CUDA_ATTN_SKIP_EMPTY", false);
   a.early_kv = env_flag("GEM_CUDA_ATTN_EARLY_KV", true);
-  a.min_chunk = split_min_keys();
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();

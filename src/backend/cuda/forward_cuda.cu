@@ -279,17 +279,13 @@ constexpr int kGemmAttnMin = 16;
 constexpr size_t kScoreBudget = size_t{512} << 20;
 
 // Decode splits over `keys` keys: about GEM_CUDA_SPLITS_PER_SM (2) blocks per SM over the KV
-// heads once there are many (ring layers: GEM_CUDA_RING_SPLITS_PER_SM, the same by default), and
-// no split shorter than cuda::split_min_keys() (32 by default, the kernels' rule for a split's
-// keys too).
-int decode_splits_for(int64_t keys, int n_kv, int n_sm, bool ring) {
-  // Read at every call (a layer's load and each capture), so that the tests can set them.
-  const int per_sm_full = cuda::env_int("GEM_CUDA_SPLITS_PER_SM", 2, 1, 8);
-  const int per_sm_ring = cuda::env_int("GEM_CUDA_RING_SPLITS_PER_SM", per_sm_full, 1, 8);
-  const int per_sm = ring ? per_sm_ring : per_sm_full;
-  const int min_keys = cuda::split_min_keys();
+// heads once there are many, and no split shorter than cuda::kSplitMinKeys (the kernels' rule
+// for a split's keys too).
+int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
+  // Read at every call (a layer's load and each capture), so that the tests can set it.
+  const int per_sm = cuda::env_int("GEM_CUDA_SPLITS_PER_SM", 2, 1, 8);
   const int64_t by_sm = (per_sm * n_sm + n_kv - 1) / n_kv;
-  const int64_t by_len = (keys + min_keys - 1) / min_keys;
+  const int64_t by_len = (keys + cuda::kSplitMinKeys - 1) / cuda::kSplitMinKeys;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
 }
 
@@ -322,7 +318,7 @@ int64_t CudaBackend::decode_keys(const DevLayer& L) const {
 // The decode splits of a layer in the bucket being captured: those of the keys it can hold.
 int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
   if (!buckets_) return L.n_splits_decode;
-  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_, L.ring);
+  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_);
 }
 
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
@@ -432,7 +428,7 @@ Status CudaBackend::init() {
       return errorf("cuda: out of device memory for the KV cache of layer %d (%zu bytes)", i,
                     2 * kv_bytes);
     }
-    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_, L.ring);
+    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_);
     max_dim = std::max(max_dim, D);
     max_kv = std::max(max_kv, p.n_kv_heads);
     qkv_max = std::max(qkv_max, static_cast<int>(L.qkv.rows));

@@ -202,12 +202,11 @@ void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaSt
 // n_slots), keys of the tile itself from k/v ([n, n_kv, D] f32). Visible: causal, and within
 // `window` on sliding layers (0 = unlimited). Scale 1.0. out: [n, n_heads, D] f32, plus its
 // q8 copy when outq.q. `part` is scratch of attention_part_floats() floats.
-// The fewest keys of a decode attention split: GEM_CUDA_SPLIT_MIN_KEYS (32, the default; 16
-// to 2^20). More gives the sliding layers fewer, longer splits (run 11: slower at 64); 16 allows
-// one 16-key tile per block of the CUDA-core kernel at head width 256 (f16), with
-// GEM_CUDA_RING_SPLITS_PER_SM=4 (forward_cuda.cu) to ask for that many splits. Read at every
-// call, so that the kernel tests can run each.
-int split_min_keys();
+// The fewest keys of an attention split (decode and prompt kernels), the rule the backend's
+// split counts follow too. Measured on the H200: 64 (fewer, longer splits for the sliding
+// layers) slower in run 11; 16 with 4 or 8 sliding-layer splits per SM no faster in run 13
+// (12B 1-2 % slower at depth 0, the 31B within 1 %).
+constexpr int kSplitMinKeys = 32;
 
 struct AttnArgs {
   const float* q;
@@ -236,9 +235,6 @@ struct AttnArgs {
   int64_t max_keys = 0;
   // Set by attention(): decode blocks of an empty split write l = 0 and exit at once.
   bool skip_empty = false;
-  // Set by attention(): the fewest keys of a split (GEM_CUDA_SPLIT_MIN_KEYS, 32; at least
-  // 16), the rule the backend's split counts follow too.
-  int min_chunk = 32;
   // Set by attention(): decode blocks whose key range does not hold the token's position issue
   // their first K/V copies before pdl_wait (GEM_CUDA_ATTN_EARLY_KV, on by default).
   bool early_kv = false;

@@ -124,7 +124,7 @@ __device__ __forceinline__ float row_sum(float v, float* red, float* cl, int slo
 // the next norm's factor applied by the products from partial sums (12B 3-4 %, 31B 3 % at 256
 // threads a block, 8-11 % at 128), and fewer threads with 16 elements each (12B 4-6 %, 31B 2 %).
 // Run 12 call 6: the one-block form is partly issue-bound on its SM (30 warps, top stall "not
-// selected"), which the cluster form (GEM_CUDA_RES_CLUSTER) spreads over 2-8 SMs.
+// selected"), which the cluster form (GEM_CUDA_RES_CLUSTER, 8 by default) spreads over SMs.
 template <int kPer, bool kCluster>
 __global__ void residual_kernel(float* x, const float* a,
                                 const float* __restrict__ w_post, const float* out_scale,
@@ -192,13 +192,16 @@ __global__ void residual_kernel(float* x, const float* a,
 }
 
 // Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
-// slice, else 8. GEM_CUDA_RES_CLUSTER=2|4|8 (read at every launch, so that the kernel tests run
-// each; 0, the default until measured: one block per row): a cluster of that many blocks per
-// row, each over 1/cluster of it, when the slices are whole q8 blocks.
+// slice, else 8. A cluster of GEM_CUDA_RES_CLUSTER blocks per row (8 by default; 0: one block;
+// 2, 4; read at every launch, so that the kernel tests run each), each over 1/cluster of it,
+// when the slices are whole q8 blocks (else one block). Run 13 on the H200, with the lean decode
+// attention: clusters of 8 decode the 31B 1.4 % faster at depths 0 / 4096 / 32768 than one
+// block (159.97 / 150.56 / 138.26 vs 157.7 / 148.8 / 135.7 tok/s), 4 about 1 %; the 12B within
+// its noise (350.7 / 322.0 / 306.8 vs 352.3 / 320.1 / 307.9; 2 was 1-2 % slower).
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                      cudaStream_t s) {
-  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", 0, {0, 2, 4, 8});
+  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", 8, {0, 2, 4, 8});
   if (cluster == 0) cluster = 1;
   if (cols % (32 * cluster) != 0) cluster = 1;
   const int slice = cols / cluster;
