@@ -205,7 +205,7 @@ void dequant_f16(const DevMatrix& w, int64_t r0, int64_t nr, __half* out, cudaSt
 // The fewest keys of an attention split (decode and prompt kernels), the rule the backend's
 // split counts follow too. Measured on the H200: 64 (fewer, longer splits for the sliding
 // layers) slower in run 11; 16 with 4 or 8 sliding-layer splits per SM no faster in run 13
-// (12B 1-2 % slower at depth 0, the 31B within 1 %).
+// (12B 2-2.5 % slower at depth 0; the 31B within 1 % at 4 per SM, 1.5-2.7 % slower at 8).
 constexpr int kSplitMinKeys = 32;
 
 struct AttnArgs {

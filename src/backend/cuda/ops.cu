@@ -195,7 +195,7 @@ __global__ void residual_kernel(float* x, const float* a,
 // slice, else 8. A cluster of GEM_CUDA_RES_CLUSTER blocks per row (8 by default; 0: one block;
 // 2, 4; read at every launch, so that the kernel tests run each), each over 1/cluster of it,
 // when the slices are whole q8 blocks (else one block). Run 13 on the H200, with the lean decode
-// attention: clusters of 8 decode the 31B 1.4 % faster at depths 0 / 4096 / 32768 than one
+// attention: clusters of 8 decode the 31B 1.2-1.9 % faster at depths 0 / 4096 / 32768 than one
 // block (159.97 / 150.56 / 138.26 vs 157.7 / 148.8 / 135.7 tok/s), 4 about 1 %; the 12B within
 // its noise (350.7 / 322.0 / 306.8 vs 352.3 / 320.1 / 307.9; 2 was 1-2 % slower).
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
