@@ -255,14 +255,6 @@ TEST(CudaBackend, ClusteredResidualDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_RES_CLUSTER", "2"}});
 }
 
-// The sliding layers' decode attention as clusters of 8 and 16 blocks per KV head, merged in
-// the kernel (GEM_CUDA_RING_CLUSTER), in every decode graph.
-TEST(CudaBackend, ClusteredRingAttentionDecodeMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_RING_CLUSTER", "8"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
-  decode_matches_one_tile({{"GEM_CUDA_RING_CLUSTER", "16"}});
-}
-
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

@@ -807,20 +807,6 @@ void check_decode_cases() {
     check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, tiny ring
   }
   unsetenv("GEM_CUDA_ATTN_MMA");
-  // The sliding layers' cluster form (GEM_CUDA_RING_CLUSTER: 8 or 16 splits per KV head merged
-  // through distributed shared memory; the n_splits asked for are ignored), on ring layers only.
-  for (const char* c : {"8", "16"}) {
-    setenv("GEM_CUDA_RING_CLUSTER", c, 1);
-    SCOPED_TRACE(std::string("GEM_CUDA_RING_CLUSTER=") + c);
-    check_attention(16, 8, 256, 1024, 1024, true, 5000, 1, 33, P);   // 12B sliding, wrapped, f16
-    check_attention(16, 8, 256, 1024, 1024, false, 700, 1, 33, P);   // f32, ring not full
-    check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P);  // 31B sliding
-    check_attention(32, 16, 256, 1024, 1024, true, 0, 1, 17, P);     // first token: one key
-    check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, 16-slot ring
-    check_attention(32, 2, 128, 64, 64, false, 300, 1, 2, P);        // r = 16, two heads a warp
-    check_attention(8, 8, 64, 0, 300, true, 200, 1, 3, P);           // full layer: split form
-  }
-  unsetenv("GEM_CUDA_RING_CLUSTER");
 }
 
 TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {

@@ -2,7 +2,6 @@
 // the visible key range of a group of queries is cut into n_splits pieces done by separate
 // blocks; each warp owns one (query, head) and runs an online softmax over its piece; a second
 // kernel merges the pieces and writes the output (and its q8 copy for the next product).
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -445,55 +444,16 @@ __device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
   __syncthreads();
 }
 
-// The merge of a cluster's online-softmax states (attention_decode_kernel<kCluster>): every
-// thread of every block of the cluster calls it once. Block `rank` of C writes the output's
-// 32-element (q8) blocks rank, rank + C, ... of the group's r·D elements, a warp per block,
-// reading the C blocks' states (rows of D + 2 floats: max, sum of weights, unnormalised sums)
-// through distributed shared memory — the arithmetic of attention_merge_kernel.
-template <int D>
-__device__ __forceinline__ void cluster_merge(const AttnArgs& a, int g, int r, float* states) {
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cl = cg::this_cluster();
-  cl.sync();  // every block's states are written and visible to the cluster
-  const int c = static_cast<int>(cl.num_blocks()), rank = static_cast<int>(cl.block_rank());
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_q8 = r * D / 32;
-  for (int qb = rank + c * warp; qb < n_q8; qb += c * kDecWarps) {  // warp-uniform
-    const int e = qb * 32 + lane, j = e / D, d = e % D;
-    float mx = -INFINITY;
-    for (int b = 0; b < c; ++b) {
-      const float* row = cl.map_shared_rank(states, b) + j * (D + 2);
-      if (row[1] > 0.0f) mx = fmaxf(mx, row[0]);
-    }
-    float l = 0.0f, o = 0.0f;
-    for (int b = 0; b < c; ++b) {
-      const float* row = cl.map_shared_rank(states, b) + j * (D + 2);
-      const float lb = row[1];
-      if (!(lb > 0.0f)) continue;
-      const float w = __expf(row[0] - mx);
-      l += lb * w;
-      o += row[2 + d] * w;
-    }
-    const float v = o / l;  // l > 0: the token's own key is always visible
-    const int64_t col = static_cast<int64_t>(g * r + j) * D + d;
-    a.out[col] = v;
-    if (a.outq.q) q8_block_out(v, a.outq.q + (col & ~int64_t{31}), a.outq.ds + col / 32, lane);
-  }
-  cl.sync();  // no block leaves while another may still read its states
-}
-
+// Measured slower and removed (run 13 call 4, commit 1bf7c0b): the sliding layers' splits as one
+// cluster of 8 or 16 blocks per KV head merging through distributed shared memory, no merge
+// launch: 12B 344.7 / 342.8 vs 351.3 tok/s at depth 0, 279.2 / 292.1 vs 307.8 at depth 32768;
+// fewer, longer blocks lose more than the merge launch costs.
 // Run 12 call 6 found this kernel bound by its ~1,250 instructions per warp at ~10 cycles each,
 // not by bandwidth; it takes the lean form measured in run 13 (12B 2.4-3.6 % faster decode, the
 // 31B unchanged): one ring modulo per tile instead of one per 16-byte copy, the hardware
 // ex2-based __expf in the softmax (a few instructions instead of expf's dozen; relative error
 // ~2^-21 plus 2 ulp), the queries in float4 loads and the parts in float2 stores.
-//
-// kCluster (sliding layers, GEM_CUDA_RING_CLUSTER; grid (splits, KV heads), a cluster of all the
-// splits of one KV head): instead of writing parts for attention_merge_kernel, each block leaves
-// its heads' online-softmax states in shared memory and the cluster merges them through
-// distributed shared memory, block `rank` writing the output (and q8) blocks rank, rank + C, ...
-// — no merge launch, no parts in device memory.
-template <int D, typename T, int kHPW, bool kCluster>
+template <int D, typename T, int kHPW>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
   constexpr int kPL = D / 32;
   constexpr int kRow = D * static_cast<int>(sizeof(T));  // bytes per key row
@@ -503,7 +463,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = a.n_heads / a.n_kv;
-  const int g = kCluster ? blockIdx.y : blockIdx.x, split = kCluster ? blockIdx.x : blockIdx.y;
+  const int g = blockIdx.x, split = blockIdx.y;
   const bool wide = r >= kDecWarps;
   const int n_ksub = wide ? 1 : kDecWarps / r, ksub = wide ? 0 : warp / r;
   int heads[kHPW];
@@ -536,9 +496,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   };
   if (start == KvStart::kEarly) stages_begin<kDecStages>(n_tiles, load_stage);
   pdl_wait();
-  if constexpr (!kCluster) {  // every block of a cluster takes part in its merge
-    if (empty_split_done(a, g, r, split, n_tiles)) return;
-  }
+  if (empty_split_done(a, g, r, split, n_tiles)) return;
   if (start == KvStart::kAfterWait) stages_begin<kDecStages>(n_tiles, load_stage);
   if (fused) fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qs);
   float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
@@ -636,12 +594,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     __syncthreads();  // the stage is refilled next iteration
   }
 
-  // kCluster: the states of the group's heads, row j = head g·r + j, in shared memory (the
-  // stages are free: the loop ends with a barrier).
-  float* states = reinterpret_cast<float*>(smem);
   auto write_part = [&](int j, float mm, float ll, const float (&ac)[kPL]) {
-    float* part = kCluster ? states + (j - g * r) * (D + 2)
-                           : a.part + (static_cast<int64_t>(j) * a.n_splits + split) * (D + 2);
+    float* part = a.part + (static_cast<int64_t>(j) * a.n_splits + split) * (D + 2);
     if (lane == 0) {
       part[0] = mm;
       part[1] = ll;
@@ -660,9 +614,6 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   if (n_ksub == 1) {
 #pragma unroll
     for (int h = 0; h < kHPW; ++h) write_part(heads[h], m[h], l[h], acc[h]);
-    if constexpr (kCluster) {
-      cluster_merge<D>(a, g, r, states);
-    }
     return;
   }
   // r < 8: the n_ksub warps of each head merge through shared memory (kHPW == 1).
@@ -675,10 +626,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
 #pragma unroll
   for (int i = 0; i < kPL; ++i) mine[2 + lane * kPL + i] = acc[0][i];
   __syncthreads();
-  if (ksub != 0) {
-    if constexpr (kCluster) cluster_merge<D>(a, g, r, states);
-    return;
-  }
+  if (ksub != 0) return;
   float mx = -INFINITY;
   for (int sw = 0; sw < n_ksub; ++sw) {
     const float* o = red + (warp + sw * r) * (D + 2);
@@ -695,10 +643,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
 #pragma unroll
     for (int i = 0; i < kPL; ++i) ac[i] += o[2 + lane * kPL + i] * w;
   }
-  // kCluster: this warp's row becomes its head's state (every lane has read it first).
-  if constexpr (kCluster) __syncwarp();
   write_part(heads[0], mx, ll, ac);
-  if constexpr (kCluster) cluster_merge<D>(a, g, r, states);
 }
 
 // ---- Decode on the tensor cores: groups of 8 or 16 query heads (full layers), f16 cache ----
@@ -1196,38 +1141,14 @@ void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
-// The sliding layers' cluster form (attention_decode_kernel<kCluster>): GEM_CUDA_RING_CLUSTER=8
-// or 16 splits per KV head, merged inside the cluster (0, the default until measured on the
-// GPU: a.n_splits splits and attention_merge_kernel). Run 12's profile: the 12B's sliding layers
-// spend 10.7 µs in the split kernel and 5 µs in its merge at depth 32768 for 8.5 MB (2 µs at the
-// copy bandwidth), and the merge is a 2.7 µs launch per layer at depth 0. Ring layers without
-// the fused prologue only; read at every launch, so that the kernel tests run each.
-int ring_cluster(const AttnArgs& a) {
-  if (a.window <= 0 || a.qkv != nullptr) return 0;
-  return env_pick("GEM_CUDA_RING_CLUSTER", 0, {0, 8, 16});
-}
-
 template <int D, typename T>
 void launch_decode(const AttnArgs& a, cudaStream_t s) {
   const int r = a.n_heads / a.n_kv;
-  const int c = ring_cluster(a);
-  if (c > 0) {
-    AttnArgs b = a;
-    b.n_splits = c;  // the cluster's blocks; no parts are written
-    auto go = [&](auto kernel) {
-      if (c > 8) {  // 16 blocks: the non-portable cluster size (Hopper allows it on request)
-        GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      }
-      launch_clustered(kernel, dim3(c, a.n_kv), kDecWarps * 32, 0, s, static_cast<unsigned>(c), b);
-    };
-    r == 16 ? go(attention_decode_kernel<D, T, 2, true>) : go(attention_decode_kernel<D, T, 1, true>);
-    return;
-  }
   const dim3 grid(a.n_kv, a.n_splits);
   if (r == 16) {
-    launch(attention_decode_kernel<D, T, 2, false>, grid, kDecWarps * 32, 0, s, a);
+    launch(attention_decode_kernel<D, T, 2>, grid, kDecWarps * 32, 0, s, a);
   } else {
-    launch(attention_decode_kernel<D, T, 1, false>, grid, kDecWarps * 32, 0, s, a);
+    launch(attention_decode_kernel<D, T, 1>, grid, kDecWarps * 32, 0, s, a);
   }
 }
 
@@ -1323,10 +1244,8 @@ void attention(const AttnArgs& args, cudaStream_t s) {
       default: decode_for<512>(a, s); break;
     }
     GEM_CUDA_LAUNCHED();
-    if (ring_cluster(a) == 0) {  // the cluster form merges inside its kernel
-      launch_merge(a, 1, s);
-      GEM_CUDA_LAUNCHED();
-    }
+    launch_merge(a, 1, s);
+    GEM_CUDA_LAUNCHED();
     return;
   }
   if (a.tile_in_cache) {
