@@ -118,15 +118,19 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 // Quantises one 32-value block held one value per lane (the whole warp calls it): the q8 form
-// of kernels.cuh's Q8Act, q = round(v/s) with s = max|v|/127, ds = (s, s·Σq).
+// of kernels.cuh's Q8Act, q = round-to-nearest-even(v·(127/max|v|)) — the CPU reference's
+// formula (backend/cpu/matmul.cc), so both sides give the same q for the same v — with
+// s = max|v|/127 (as max|v|·(1/127): one division per lane, not two), ds = (s, s·Σq).
 // The max and the sum are single warp reductions (redux.sync) rather than shuffle trees: for
 // non-negative floats the bit patterns order as unsigned integers, and Σq is an integer, so the
 // results are the same bits (these run once per activation value in the latency-bound decode
 // epilogues, where the shuffles were most of the issued instructions).
 __device__ __forceinline__ void q8_block_out(float v, int8_t* q, float2* ds, int lane) {
   const float amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v))));
-  const float s = amax / 127.0f;
-  const int qi = s > 0.0f ? __float2int_rn(v / s) : 0;
+  const float s = amax * (1.0f / 127.0f);
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  // Clamped like the CPU's: a block whose max is subnormal makes 127/max infinite.
+  const int qi = max(-127, min(127, __float2int_rn(v * id)));
   q[lane] = static_cast<int8_t>(qi);
   const int qsum = __reduce_add_sync(0xffffffffu, qi);
   if (lane == 0) *ds = make_float2(s, s * static_cast<float>(qsum));

@@ -46,7 +46,7 @@ struct DevMatrix {
 };
 
 // Activations quantised for the integer dot products of the decode matrix-vector kernels,
-// llama.cpp's q8_1 idea: per 32 values one scale s = max|x|/127, q = round(x/s), and
+// llama.cpp's q8_1 idea: per 32 values one scale s = max|x|/127, q = round(x·127/max|x|), and
 // ds = (s, s·Σq) so that Σ w·x over a Q4_0 block is d_w·(s·Σ nib·q − 8·s·Σq).
 // q: [n, cols] int8.   ds: [n, cols/32].
 struct Q8Act {
