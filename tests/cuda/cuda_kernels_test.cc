@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -429,6 +430,16 @@ struct ResidualForm {
   ~ResidualForm() { unsetenv("GEM_CUDA_RES_CLUSTER"); }
 };
 
+// The q of value i of a 32-block of v by the CPU fast path's rounding (backend/cpu/matmul.h:
+// round-to-nearest-even(v·127/amax) in [-127, 127]), which the GPU's q8 copies follow exactly.
+int8_t cpu_q8(const std::vector<float>& v, size_t i) {
+  const size_t b0 = i / 32 * 32;
+  float amax = 0.0f;
+  for (size_t j = b0; j < b0 + 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  return static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(v[i] * id)), -127, 127));
+}
+
 TEST(CudaNorm, RmsNormAndQ8Copy) {
   REQUIRE_GPU();
   for (const char* form : kResidualForms) {
@@ -449,9 +460,10 @@ TEST(CudaNorm, RmsNormAndQ8Copy) {
       for (size_t i = 0; i < y.size(); ++i) {
         ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6)
             << "form " << form << " cols " << cols << " i " << i;
-        // q8 copy: q·s reproduces y within half a step.
+        // q8 copy: q·s reproduces y within half a step, and q is the CPU's q for this y.
         const float2 s = dsv[i / 32];
         ASSERT_NEAR(qv[i] * s.x, y[i], 0.5f * s.x + 1e-6f) << "form " << form << " i " << i;
+        ASSERT_EQ(qv[i], cpu_q8(y, i)) << "form " << form << " cols " << cols << " i " << i;
       }
     }
   }
@@ -485,6 +497,7 @@ TEST(CudaNorm, ResidualEpilogues) {
         ASSERT_NEAR(gh[i], rh[i], 1e-4 * std::fabs(rh[i]) + 1e-5) << "form " << form << " h " << i;
         ASSERT_NEAR(qv[i] * qdv[i / 32].x, gh[i], 0.5f * qdv[i / 32].x + 1e-6f)
             << "form " << form << " q8 " << i;
+        ASSERT_EQ(qv[i], cpu_q8(gh, i)) << "form " << form << " q8 of h " << i;
       }
     }
   }
