@@ -239,13 +239,10 @@ TEST(CudaBackend, DecodeBucketsMatchOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_DECODE_BUCKETS", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
 }
 
-// The q/k/v prologue inside the decode attention (GEM_CUDA_FUSED_PROLOGUE=1): every layer's
-// decode normalises and rotates its queries and stores the token's K/V itself, with and without
-// the early exit of empty splits.
-TEST(CudaBackend, FusedPrologueDecodeMatchesOneTile) {
+// The early exit of empty splits (GEM_CUDA_ATTN_SKIP_EMPTY=1) in every decode graph.
+TEST(CudaBackend, SkipEmptySplitsDecodeMatchesOneTile) {
   REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
-  decode_matches_one_tile({{"GEM_CUDA_FUSED_PROLOGUE", "1"}, {"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}});
+  decode_matches_one_tile({{"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
 }
 
 // The residual epilogues as clusters of blocks (GEM_CUDA_RES_CLUSTER; the tiny model's 64-wide

@@ -9,7 +9,6 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/decode_prologue.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace gem::cuda {
@@ -322,80 +321,8 @@ __device__ __forceinline__ bool empty_split_done(const AttnArgs& a, int g, int r
   return false;
 }
 
-// The prologue inside a decode block (a.qkv set; n = 1): the r query heads of KV head g
-// normalised and rotated into qs (shared memory, rows of D + 4 floats), and when `own` (this
-// block's key range holds the token's position) the token's k (norm, RoPE) and v (norm) of head
-// g stored into the cache, as qkv_prologue does. Warp w takes units w, w + 8, ...: unit u < r is
-// query head g·r + u, unit r the k|v of head g; lane l owns the NeoX pairs (p, p + D/2) for
-// p = l, l + 32, ... < D/2. Ends with a barrier: qs is complete and the stored key is visible to
-// the block's copies issued after it.
-template <int D>
-constexpr int fused_q_stride() {
-  return D + 4;
-}
-
-// One warp's load of a head's row (D floats at src) as this lane's NeoX pairs (p, p + D/2),
-// p = lane + 32k (zeros past D/2); returns 1/rms of the row.
-template <int D>
-__device__ __forceinline__ float load_pairs_rms(const float* src, int lane, float eps,
-                                                float (&x0)[(D / 2 + 31) / 32],
-                                                float (&x1)[(D / 2 + 31) / 32]) {
-  constexpr int kHalf = D / 2;
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < (kHalf + 31) / 32; ++k) {
-    const int p = lane + 32 * k;
-    x0[k] = p < kHalf ? src[p] : 0.0f;
-    x1[k] = p < kHalf ? src[p + kHalf] : 0.0f;
-    ss += x0[k] * x0[k] + x1[k] * x1[k];
-  }
-  return rsqrtf(warp_sum(ss) / D + eps);
-}
-
-template <int D>
-__device__ __forceinline__ void fused_prologue(const AttnArgs& a, int g, int r, bool own,
-                                               float* qs) {
-  constexpr int kHalf = D / 2;
-  constexpr int kPairs = (kHalf + 31) / 32;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_warps = static_cast<int>(blockDim.x) >> 5;
-  const int pos = a.sp->pos0;
-  const KvDest dest{const_cast<void*>(a.k_cache), const_cast<void*>(a.v_cache), a.f16, a.ring,
-                    a.n_slots};
-  const int n_units = r + (own ? 1 : 0);
-  for (int u = warp; u < n_units; u += n_warps) {
-    const bool is_q = u < r;
-    const float* src = a.qkv + static_cast<int64_t>(is_q ? g * r + u : a.n_heads + g) * D;
-    float x0[kPairs], x1[kPairs];
-    const float inv = load_pairs_rms<D>(src, lane, a.eps, x0, x1);
-    const float* w = is_q ? a.q_norm : a.k_norm;
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = lane + 32 * k;
-      if (p >= kHalf) continue;
-      const float2 o = norm_rope_pair(x0[k], x1[k], inv, w[p], w[p + kHalf], a.inv_freq[p], pos);
-      if (is_q) {
-        qs[u * fused_q_stride<D>() + p] = o.x;
-        qs[u * fused_q_stride<D>() + p + kHalf] = o.y;
-      } else {
-        store_cache(dest, dest.k, g, pos, D, p, o.x, o.y);
-      }
-    }
-    if (is_q) continue;
-    // V: RMS₀ of the raw V projection (full layers: the raw K projection).
-    const float* vsrc = a.v_from_k ? src : a.qkv + static_cast<int64_t>(a.n_heads + a.n_kv + g) * D;
-    const float invv = load_pairs_rms<D>(vsrc, lane, a.eps, x0, x1);
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = lane + 32 * k;
-      if (p < kHalf) store_cache(dest, dest.v, g, pos, D, p, x0[k] * invv, x1[k] * invv);
-    }
-  }
-  __syncthreads();
-}
-
 // Whether this decode block's key range [kb, ke) holds the token's own position, whose key this
-// step stores (the prologue kernel, or this block when the prologue is fused).
+// step stores (the prologue kernel).
 __device__ __forceinline__ bool holds_token(const AttnArgs& a, int kb, int ke) {
   return kb <= a.sp->pos0 && a.sp->pos0 < ke;
 }
@@ -405,14 +332,14 @@ __device__ __forceinline__ bool holds_token(const AttnArgs& a, int kb, int ke) {
 //    reads was stored by an earlier step (no kernel of this step writes it): under PDL the block
 //    is resident while the prologue (and the product before it) still run, and its first K/V
 //    bytes are in flight then (AttnArgs::early_kv, GEM_CUDA_ATTN_EARLY_KV);
-//  - kAfterWait: right after pdl_wait (and the empty-split exit);
-//  - kAfterPrologue: the fused prologue's block that stores the token's K/V, after that store.
-// The queries never share a stage with these tiles: they are staged through the last stage,
-// which stages_begin leaves free.
-enum class KvStart { kEarly, kAfterWait, kAfterPrologue };
+//  - kAfterWait: right after pdl_wait (and the empty-split exit).
+// The tensor-core forms stage their queries through the last stage, which stages_begin leaves
+// free, so the queries never share a stage with these tiles.
+// (Measured slower and removed, run 11: the q/k/v prologue inside the decode kernels, which
+// stored the token's K/V from the block holding it, 3-5 % slower decode.)
+enum class KvStart { kEarly, kAfterWait };
 __device__ __forceinline__ KvStart kv_start(const AttnArgs& a, int kb, int ke) {
-  const bool own = holds_token(a, kb, ke);
-  if (own) return a.qkv != nullptr ? KvStart::kAfterPrologue : KvStart::kAfterWait;
+  if (holds_token(a, kb, ke)) return KvStart::kAfterWait;
   return a.early_kv ? KvStart::kEarly : KvStart::kAfterWait;
 }
 
@@ -471,10 +398,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   for (int h = 0; h < kHPW; ++h) heads[h] = g * r + (wide ? warp + kDecWarps * h : warp % r);
   int kb, ke, n_tiles;  // keys [kb, ke)
   decode_block_range<kKT>(a, split, kb, ke, n_tiles);
-  const bool fused = a.qkv != nullptr;
   const KvStart start = kv_start(a, kb, ke);
-  // The fused prologue's queries live in the last stage until the first refill of it.
-  float* qs = reinterpret_cast<float*>(smem[kDecStages - 1]);
   const unsigned char* kc = static_cast<const unsigned char*>(a.k_cache) +
                             static_cast<int64_t>(g) * a.n_slots * kRow;
   const unsigned char* vc = static_cast<const unsigned char*>(a.v_cache) +
@@ -498,14 +422,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   pdl_wait();
   if (empty_split_done(a, g, r, split, n_tiles)) return;
   if (start == KvStart::kAfterWait) stages_begin<kDecStages>(n_tiles, load_stage);
-  if (fused) fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qs);
   float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
 #pragma unroll
   for (int h = 0; h < kHPW; ++h) {
-    const float* qrow = fused ? qs + (heads[h] - g * r) * fused_q_stride<D>() + lane * kPL
-                              : a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
+    // Plain loads after pdl_wait (the prologue kernel wrote q).
+    const float* qrow = a.q + static_cast<int64_t>(heads[h]) * D + lane * kPL;
     if constexpr (kPL % 4 == 0) {
-      // 16-byte aligned: D and kPL are multiples of 4 (a.q from cudaMalloc; qs rows D + 4).
+      // 16-byte aligned: D and kPL are multiples of 4 (a.q from cudaMalloc).
 #pragma unroll
       for (int j = 0; j < kPL / 4; ++j) {
         const float4 v4 = reinterpret_cast<const float4*>(qrow)[j];
@@ -523,8 +446,6 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     m[h] = -INFINITY;
     l[h] = 0.0f;
   }
-  if (fused) __syncthreads();  // every warp has its q before the first stages_next refills qs
-  if (start == KvStart::kAfterPrologue) stages_begin<kDecStages>(n_tiles, load_stage);
   for (int it = 0; it < n_tiles; ++it) {
     const int st = it % kDecStages;
     stages_next<kDecStages>(it, n_tiles, load_stage);
@@ -798,27 +719,6 @@ __device__ __forceinline__ void mma_write_parts(const AttnArgs& a, int g, int r,
   }
 }
 
-// The Q fragments (A of m16n8k16) of kKS k-steps from the fused prologue's f32 rows (qf, rows
-// of fused_q_stride floats, r of them; rows past r are zero), from column c0 on.
-template <int D, int kKS>
-__device__ __forceinline__ void mma_q_fragments_f32(const float* qf, int r, int qr, int qc, int c0,
-                                                    uint32_t (&qa)[kKS][4]) {
-  constexpr int kS = fused_q_stride<D>();
-  auto pair = [&](int row, int col) -> uint32_t {
-    if (row >= r) return 0u;
-    const float2 v = *reinterpret_cast<const float2*>(qf + row * kS + col);
-    return pack_half2(v.x, v.y);
-  };
-#pragma unroll
-  for (int ks = 0; ks < kKS; ++ks) {
-    const int col = c0 + ks * 16 + qc;
-    qa[ks][0] = pair(qr, col);
-    qa[ks][1] = pair(qr + 8, col);
-    qa[ks][2] = pair(qr, col + 8);
-    qa[ks][3] = pair(qr + 8, col + 8);
-  }
-}
-
 template <int D>
 __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel(AttnArgs a) {
   constexpr int kRowH = D + 8;          // halves per staged row
@@ -840,8 +740,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
     mma_load_tile<D, kMmaKeys>(a, kc, vc, ks, ks + kMmaKeys * kRowH, kb + tile * kMmaKeys, ke);
   };
   // Q fragments go through the last stage (free until the first stages_next): from the
-  // prologue's q, or with the prologue fused from the f32 queries it computes there.
-  const bool fused = a.qkv != nullptr;
+  // prologue's q.
   const KvStart start = kv_start(a, kb, ke);
   if (start == KvStart::kEarly) stages_begin<kMmaStages>(n_tiles, load_stage);
   pdl_wait();
@@ -849,15 +748,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   if (start == KvStart::kAfterWait) stages_begin<kMmaStages>(n_tiles, load_stage);
   __half* q_stage = stage_base + (kMmaStages - 1) * 2 * kMmaKeys * kRowH;
   uint32_t qa[kKS][4];
-  if (fused) {
-    float* qf = reinterpret_cast<float*>(q_stage);
-    fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qf);
-    mma_q_fragments_f32<D, kKS>(qf, r, qr, qc, 0, qa);
-    __syncthreads();  // the last stage is refilled by the first stages_next
-    if (start == KvStart::kAfterPrologue) stages_begin<kMmaStages>(n_tiles, load_stage);
-  } else {
-    mma_q_fragments_staged<D, kKS>(a, g, r, qr, qc, 0, q_stage, qa);
-  }
+  mma_q_fragments_staged<D, kKS>(a, g, r, qr, qc, 0, q_stage, qa);
   float acc[kNB][4];
 #pragma unroll
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -987,7 +878,6 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   };
   // Q fragments of this warp's part of D through the last stage, as in the form above (the
   // loop's first barrier comes before that stage is refilled).
-  const bool fused = a.qkv != nullptr;
   const KvStart start = kv_start(a, kb, ke);
   if (start == KvStart::kEarly) begin();
   pdl_wait();
@@ -995,14 +885,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   if (start == KvStart::kAfterWait) begin();
   __half* q_stage = stage_base + (kMma2Stages - 1) * kStageH;
   uint32_t qa[kKSW][4];
-  if (fused) {
-    float* qf = reinterpret_cast<float*>(q_stage);
-    fused_prologue<D>(a, g, r, start == KvStart::kAfterPrologue, qf);
-    mma_q_fragments_f32<D, kKSW>(qf, r, qr, qc, dh * (D / kParts), qa);
-    if (start == KvStart::kAfterPrologue) begin();
-  } else {
-    mma_q_fragments_staged<D, kKSW>(a, g, r, qr, qc, dh * (D / kParts), q_stage, qa);
-  }
+  mma_q_fragments_staged<D, kKSW>(a, g, r, qr, qc, dh * (D / kParts), q_stage, qa);
   float acc[kNB][4];
 #pragma unroll
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -1199,13 +1082,6 @@ bool attention_decode_uses_mma(const AttnArgs& a) {
                      ((r == 2 || r == 4) && env_flag("GEM_CUDA_ATTN_MMA_SMALL", false));
   return attention_decode_supported(a) && a.f16 && group &&
          (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
-}
-
-bool attention_fused_prologue_supported(const AttnArgs& a) {
-  if (!attention_decode_supported(a)) return false;
-  if (attention_decode_uses_mma(a)) return true;  // 16 rows of D + 4 floats fit one stage
-  const int r = a.n_heads / a.n_kv;
-  return r * (a.head_dim + 4) * 4 <= 2 * kDecTileBytes;  // the CUDA-core kernel's last stage
 }
 
 bool attention_decode_supported(const AttnArgs& a) {

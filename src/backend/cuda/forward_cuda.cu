@@ -147,9 +147,6 @@ class CudaBackend final : public Backend {
   // buckets from 1024, 328.7 from 256, 315.8 without (31B 157.4 / 158.0 / 156.5); equal at
   // depths 4096 and 32768.
   std::vector<cudaGraphExec_t> decode_graphs_;
-  // GEM_CUDA_FUSED_PROLOGUE=1: the decode attention does the q/k/v prologue itself (one launch
-  // less per layer; off until measured on the GPU).
-  bool fused_prologue_ = false;
   bool buckets_ = true;
   int bucket_min_ = 1024;
   int capture_bucket_ = 0;  // the bucket forward_tile is capturing
@@ -342,7 +339,6 @@ Status CudaBackend::init() {
     GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
   }
   buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", true);
-  fused_prologue_ = cuda::env_flag("GEM_CUDA_FUSED_PROLOGUE", false);
   bucket_min_ = cuda::env_int("GEM_CUDA_DECODE_BUCKET_MIN", bucket_min_, 32, 1 << 24);
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -537,17 +533,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   a.max_keys = decode_keys(L);
-  if (fused_prologue_ && cuda::attention_fused_prologue_supported(a)) {
-    // The decode kernel normalises and rotates q itself and stores the token's K/V (no prologue
-    // launch): GEM_CUDA_FUSED_PROLOGUE=1.
-    a.qkv = qkv_;
-    a.q_norm = L.q_norm;
-    a.k_norm = L.k_norm;
-    a.inv_freq = L.inv_freq;
-    a.eps = eps;
-    a.v_from_k = p.v_from_k;
-    if (!skip(cuda::kSkipAttn)) cuda::attention(a, stream_);
-  } else if (cuda::attention_decode_supported(a)) {
+  if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
     if (!skip(cuda::kSkipPrologue)) {

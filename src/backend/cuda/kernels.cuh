@@ -238,17 +238,6 @@ struct AttnArgs {
   // Set by attention(): decode blocks whose key range does not hold the token's position issue
   // their first K/V copies before pdl_wait (GEM_CUDA_ATTN_EARLY_KV, on by default).
   bool early_kv = false;
-  // The prologue inside the decode (n = 1, tile_in_cache; GEM_CUDA_FUSED_PROLOGUE=1, see
-  // attention_fused_prologue_supported): with qkv set, q is not read; every block normalises
-  // and rotates its group's query heads from the raw q|k|v projection row, and the block whose
-  // key range holds the token's position stores the token's k and v (norms, RoPE) into
-  // k_cache / v_cache, as qkv_prologue would have.
-  const float* qkv = nullptr;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  const double* inv_freq = nullptr;
-  float eps = 0.0f;
-  bool v_from_k = false;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s);
@@ -258,10 +247,6 @@ bool attention_decode_supported(const AttnArgs& a);
 // Whether that decode takes a tensor-core form (f16 cache, 8 or 16 heads per KV head — also 2
 // or 4 with GEM_CUDA_ATTN_MMA_SMALL=1 —, D 256 or 512; GEM_CUDA_ATTN_MMA=0 turns them off).
 bool attention_decode_uses_mma(const AttnArgs& a);
-// Whether that decode can take the prologue itself (a.qkv): the decode kernel's cases with the
-// group's queries fitting one stage of its shared memory (all but r·(D + 4) > 4096 floats on the
-// CUDA-core kernel) and D ≥ 32.
-bool attention_fused_prologue_supported(const AttnArgs& a);
 // One-time kernel attributes (the tensor-core decode's shared memory); call outside graph capture.
 void attention_setup();
 
