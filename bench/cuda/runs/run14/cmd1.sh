@@ -1,6 +1,8 @@
-# Run 14, call 1 (prepared in session 11): the kernel and backend tests of 7d425ee and after —
-# the q8 activations now use the CPU's formula q = rn(v·127/max|v|) (not yet run on a GPU; the
-# norm and residual kernel tests now require the CPU's q exactly) — then 12B and 31B tg128 at
+# Run 14, call 1 (prepared in session 11): the kernel and backend tests of the code changed after
+# run 13's last call, none of it run on a GPU yet — the q8 activations use the CPU's formula
+# q = rn(v·127/max|v|) (7d425ee; the norm and residual kernel tests now require the CPU's q
+# exactly), the fused prologue removed from the decode attention kernels (35e241c) and their
+# first K/V copies from one call site (55128d1): PTX 39-60 % smaller — then 12B and 31B tg128 at
 # depths 0, 4096, 32768 with the defaults (compare with run 13 call 3: 12B 351.9 / 324.2 / 310.7,
 # 31B 160.1 / 150.9 / 139.3) and once more with one-block residual epilogues, then the
 # synthetic 12B parity.
