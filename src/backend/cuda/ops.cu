@@ -191,16 +191,17 @@ __global__ void residual_kernel(float* x, const float* a,
 }
 
 // Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
-// slice, else 8. A cluster of GEM_CUDA_RES_CLUSTER blocks per row (8 by default; 0: one block;
-// 2, 4; read at every launch, so that the kernel tests run each), each over 1/cluster of it,
-// when the slices are whole q8 blocks (else one block). Run 13 on the H200, with the lean decode
-// attention: clusters of 8 decode the 31B 1.2-1.9 % faster at depths 0 / 4096 / 32768 than one
+// slice, else 8. A cluster of GEM_CUDA_RES_CLUSTER blocks per row (0: one block; 2, 4, 8; read
+// at every launch, so that the kernel tests run each), each over 1/cluster of it, when the slices
+// are whole q8 blocks (else one block). By default 8 for one row (decode) and one block per row
+// for prompt tiles, whose rows fill the GPU already (clusters there were not measured). Run 13
+// on the H200, with the lean decode attention: clusters of 8 decode the 31B 1.2-1.9 % faster at depths 0 / 4096 / 32768 than one
 // block (159.97 / 150.56 / 138.26 vs 157.7 / 148.8 / 135.7 tok/s), 4 about 1 %; the 12B within
 // its noise (350.7 / 322.0 / 306.8 vs 352.3 / 320.1 / 307.9; 2 was 1-2 % slower).
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
                      cudaStream_t s) {
-  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", 8, {0, 2, 4, 8});
+  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", n == 1 ? 8 : 0, {0, 2, 4, 8});
   if (cluster == 0) cluster = 1;
   if (cols % (32 * cluster) != 0) cluster = 1;
   const int slice = cols / cluster;
