@@ -430,14 +430,12 @@ struct ResidualForm {
   ~ResidualForm() { unsetenv("GEM_CUDA_RES_CLUSTER"); }
 };
 
-// The q of value i of a 32-block of v by the CPU fast path's rounding (backend/cpu/matmul.h:
-// round-to-nearest-even(v·127/amax) in [-127, 127]), which the GPU's q8 copies follow exactly.
+// The q of value i of a 32-block of v by the CPU fast path's rounding (cpu::round_block_q8),
+// which the GPU's q8 copies follow exactly.
 int8_t cpu_q8(const std::vector<float>& v, size_t i) {
-  const size_t b0 = i / 32 * 32;
-  float amax = 0.0f;
-  for (size_t j = b0; j < b0 + 32; ++j) amax = std::max(amax, std::fabs(v[j]));
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  return static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(v[i] * id)), -127, 127));
+  int8_t q[32];
+  cpu::round_block_q8(v.data() + i / 32 * 32, q);
+  return q[i % 32];
 }
 
 TEST(CudaNorm, RmsNormAndQ8Copy) {

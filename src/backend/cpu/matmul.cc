@@ -385,6 +385,8 @@ TileFn scalar_tile_fn(DType t) {
 
 }  // namespace detail
 
+float round_block_q8(const float* x, int8_t* q) { return quantize_block32(x, q); }
+
 bool matmul_supports(DType t) {
   return t == DType::kF32 || t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ6_K;
 }

@@ -43,6 +43,9 @@ bool matmul_supports(DType t);
 // The fast path's activation rounding for weights of type `weight_type`: out[cols] is the value
 // each x[i] is replaced with (q·d). F32 weights: a copy. cols must be a multiple of the block.
 void round_activations(DType weight_type, const float* x, int64_t cols, float* out);
+// One 32-value block as the fast path rounds it for Q4_0/Q8_0 weights: q[32] =
+// round-to-nearest-even(x·127/amax) in [-127, 127]; returns d = amax/127 rounded to fp16.
+float round_block_q8(const float* x, int8_t* q);
 // The same through the rounding code matmul runs (SIMD where built); equal to round_activations
 // bit for bit (the test of the vector rounding).
 void round_activations_simd(DType weight_type, const float* x, int64_t cols, float* out);
