@@ -6,7 +6,12 @@
 # WarpStateStats sections; writes $OUT/<name>_details.txt and $OUT/<name>_sass.csv (the source
 # page in its SASS view: the per-instruction counters; the CUDA view has none).
 set -u
+if [ $# -ne 3 ] || ! [[ $3 =~ ^[0-9]+$ ]]; then
+  echo "usage: bench/cuda/ncu_sass.sh KERNEL_REGEX MODEL DEPTH (DEPTH a whole number; got: $*)" >&2
+  exit 2
+fi
 kernel=$1 model=$2 depth=$3
+[ -f "$model" ] || { echo "ncu_sass.sh: model $model: no such file" >&2; exit 2; }
 source bench/cuda/device_env.sh
 ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 name=$(echo "$kernel" | tr -c 'A-Za-z0-9_\n' '_')

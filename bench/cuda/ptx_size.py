@@ -28,7 +28,12 @@ def ptx_of(source):
     cmd = [NVCC, "-I" + os.path.join(ROOT, "src"), "-O3", "-DNDEBUG", "-arch=sm_90a", "-lineinfo",
            "--expt-relaxed-constexpr", "-std=c++20", "-diag-suppress=2810", "-x", "cu", "-ptx",
            source, "-o", out]
-    subprocess.run(cmd, check=True)
+    if not os.path.isfile(source):
+        sys.exit(f"ptx_size: {source}: no such file (expected a .cu source of gem)")
+    if not os.access(NVCC, os.X_OK):
+        sys.exit(f"ptx_size: nvcc not found at {NVCC} (set NVCC)")
+    if subprocess.run(cmd).returncode != 0:
+        sys.exit(f"ptx_size: nvcc failed on {source} (its messages above)")
     with open(out) as f:
         return f.read()
 
