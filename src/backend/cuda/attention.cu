@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -44,6 +45,12 @@ bool mma_disabled() { return forced_mma_form() == 0; }
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+
+// The parts (the attention's per-split state) of one (query, head): part_stride(D) floats per
+// split, m and l first, then two unused floats so that the D accumulated values start 16-byte
+// aligned (rows from cudaMalloc, D a multiple of 32): the merge reads them as float4.
+constexpr int kPartHead = 4;
+__host__ __device__ constexpr int part_stride(int D) { return D + kPartHead; }
 
 // Block = hpb heads of one KV group × qpb queries (≤ 8 warps); grid.x = (kv head, split, head
 // sub-group), grid.y = query group.
@@ -136,37 +143,42 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
     }
     m = mg;
   }
-  float* part = a.part + ((static_cast<int64_t>(tq) * a.n_heads + j) * a.n_splits + split) * (D + 2);
+  float* part =
+      a.part + ((static_cast<int64_t>(tq) * a.n_heads + j) * a.n_splits + split) * part_stride(D);
   if (lane == 0) {
     part[0] = m;
     part[1] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kPL; ++i) part[2 + lane + 32 * i] = acc[i];
+  for (int i = 0; i < kPL; ++i) part[kPartHead + lane + 32 * i] = acc[i];
 }
 
-// Merges the splits of one (query, head) for a chunk of 64 output elements (blockIdx.z):
-// thread (dl, sg) owns element dl of the chunk over the splits sg, sg + n_sg, ... with eight
-// loads in flight, and the n_sg partial sums meet in shared memory. (One thread per element over
-// every split was a chain of ~n_splits/4 dependent loads: tens of µs at 264 splits.) The split
-// weights are computed once per block into shared memory; empty splits are never read.
+// Merges the splits of one (query, head) for a chunk of 64 output elements (blockIdx.z). kVec:
+// thread (c, sg) owns the 4 elements 4c .. 4c+3 of the chunk (one float4 per split) over the
+// splits sg, sg + n_sg, ... (n_sg = 16 for 64-element chunks) with eight loads in flight, and the
+// n_sg partial sums meet in shared memory. Else (the form before run 14) thread (dl, sg) owns one
+// element (n_sg = 4): a quarter of the loads in flight. (One thread per element over every split
+// was a chain of ~n_splits/4 dependent loads: tens of µs at 264 splits.) The split weights are
+// computed once per block into shared memory; empty splits are never read.
 constexpr int kMaxSplits = 1024;
 constexpr int kMergeThreads = 256;
+template <bool kVec>
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs a) {
   pdl_trigger();
   pdl_wait();
+  constexpr int kW = kVec ? 4 : 1;  // elements per thread and load
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
-  __shared__ float sums[kMergeThreads];
-  const int t = blockIdx.x, j = blockIdx.y, D = a.head_dim;
-  const int dchunk = D / static_cast<int>(gridDim.z), n_sg = kMergeThreads / dchunk;
-  const int dl = threadIdx.x % dchunk, sg = threadIdx.x / dchunk;
-  const int d = blockIdx.z * dchunk + dl;
+  __shared__ __align__(16) float sums[kMergeThreads * kW];
+  const int t = blockIdx.x, j = blockIdx.y, D = a.head_dim, stride = part_stride(D);
+  const int dchunk = D / static_cast<int>(gridDim.z), nc = dchunk / kW, n_sg = kMergeThreads / nc;
+  const int c = threadIdx.x % nc, sg = threadIdx.x / nc;
+  const int d0 = blockIdx.z * dchunk;
   const int ns = a.n_splits;
-  const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * ns * (D + 2);
+  const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * ns * stride;
   float mx = -INFINITY;
   for (int sp = threadIdx.x; sp < ns; sp += blockDim.x) {
-    if (part[sp * (D + 2) + 1] > 0.0f) mx = fmaxf(mx, part[sp * (D + 2)]);
+    if (part[sp * stride + 1] > 0.0f) mx = fmaxf(mx, part[sp * stride]);
   }
   mx = warp_max(mx);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
@@ -175,37 +187,56 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   for (int k = 0; k < (static_cast<int>(blockDim.x) >> 5); ++k) mx = fmaxf(mx, red[k]);
   float lsum = 0.0f;
   for (int sp = threadIdx.x; sp < ns; sp += blockDim.x) {
-    const float l = part[sp * (D + 2) + 1];
-    const float ws = l > 0.0f ? expf(part[sp * (D + 2)] - mx) : 0.0f;
+    const float l = part[sp * stride + 1];
+    const float ws = l > 0.0f ? expf(part[sp * stride] - mx) : 0.0f;
     w[sp] = ws;
     lsum += l * ws;
   }
   const float l = block_sum(lsum, red);  // starts with a barrier: w[] is complete after it
+  using Vec = std::conditional_t<kVec, float4, float>;
+  auto load = [&](int q) -> Vec {
+    return *reinterpret_cast<const Vec*>(part + static_cast<int64_t>(q) * stride + kPartHead + d0 +
+                                         kW * c);
+  };
+  auto fma_into = [](float (&o)[kW], float ws, const Vec& v) {
+    if constexpr (kVec) {
+      o[0] += ws * v.x;
+      o[1] += ws * v.y;
+      o[2] += ws * v.z;
+      o[3] += ws * v.w;
+    } else {
+      o[0] += ws * v;
+    }
+  };
   constexpr int kU = 8;
-  float o = 0.0f;
+  float o[kW] = {};
   int sp = sg;
   for (; sp + (kU - 1) * n_sg < ns; sp += kU * n_sg) {
-    float v[kU];
+    Vec v[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int q = sp + u * n_sg;
-      v[u] = w[q] != 0.0f ? part[static_cast<int64_t>(q) * (D + 2) + 2 + d] : 0.0f;
+      v[u] = w[q] != 0.0f ? load(q) : Vec{};
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) o += w[sp + u * n_sg] * v[u];
+    for (int u = 0; u < kU; ++u) fma_into(o, w[sp + u * n_sg], v[u]);
   }
   for (; sp < ns; sp += n_sg) {
-    if (w[sp] != 0.0f) o += w[sp] * part[static_cast<int64_t>(sp) * (D + 2) + 2 + d];
+    if (w[sp] != 0.0f) fma_into(o, w[sp], load(sp));
   }
-  sums[threadIdx.x] = o;
+  // sums[sg][kW·c + e]: group sg's sum for element kW·c + e of the chunk.
+#pragma unroll
+  for (int e = 0; e < kW; ++e) sums[sg * dchunk + kW * c + e] = o[e];
   __syncthreads();
-  if (sg != 0) return;
+  const int dl = threadIdx.x;  // threads 0 .. dchunk-1 (whole warps): one element each
+  if (dl >= dchunk) return;
   float v = 0.0f;
   for (int k = 0; k < n_sg; ++k) v += sums[k * dchunk + dl];
   v /= l;
+  const int d = d0 + dl;
   const int64_t row = static_cast<int64_t>(t) * a.n_heads * D;
   a.out[row + j * D + d] = v;
-  if (a.outq.q) {  // threads 0 .. dchunk-1: whole warps of 32 consecutive elements
+  if (a.outq.q) {  // whole warps of 32 consecutive elements
     q8_block_out(v, a.outq.q + row + j * D + (d & ~31), a.outq.ds + row / 32 + (j * D + d) / 32,
                  d & 31);
   }
@@ -213,11 +244,17 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
 
 // Output elements per merge block: GEM_CUDA_MERGE_CHUNK (64; 32 doubles the blocks and halves
 // each thread's chain of split loads; at least 32, so that the q8 copy's blocks stay whole),
-// the whole head when it is narrower. Read at every launch so that the kernel tests run both.
+// the whole head when it is narrower. GEM_CUDA_MERGE_VEC=0 the one-element-per-thread form.
+// Read at every launch so that the kernel tests run each.
 void launch_merge(const AttnArgs& a, int n, cudaStream_t s) {
   const int want = env_int("GEM_CUDA_MERGE_CHUNK", 64, 32, 64) >= 64 ? 64 : 32;
   const int dchunk = a.head_dim < want ? a.head_dim : want;
-  launch(attention_merge_kernel, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads, 0, s, a);
+  const dim3 grid(n, a.n_heads, a.head_dim / dchunk);
+  if (env_int("GEM_CUDA_MERGE_VEC", 1, 0, 1) != 0) {
+    launch(attention_merge_kernel<true>, grid, kMergeThreads, 0, s, a);
+  } else {
+    launch(attention_merge_kernel<false>, grid, kMergeThreads, 0, s, a);
+  }
 }
 
 // ---- Decode: one query per head (n = 1), its own K/V already in the cache ----
@@ -293,7 +330,7 @@ __device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int 
 // (off until run on a GPU; the kernel tests run both).
 __device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int r, int split, int D) {
   for (int row = threadIdx.x; row < r; row += blockDim.x) {
-    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
+    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * part_stride(D);
     part[0] = -INFINITY;
     part[1] = 0.0f;
   }
@@ -410,6 +447,9 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     const int nk = min(kKT, ke - k0);
     // The tile's first slot once; its keys (fewer than the ring's slots) wrap at most once.
     const int slot0 = a.ring ? k0 % a.n_slots : k0;
+#ifdef GEM_CUDA_LOADER_UNROLL1
+#pragma unroll 1
+#endif
     for (int c = threadIdx.x; c < nk * (kRow / 16); c += kDecWarps * 32) {
       const int kk = c / (kRow / 16), off = (c % (kRow / 16)) * 16;
       int slot = slot0 + kk;
@@ -516,20 +556,21 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   }
 
   auto write_part = [&](int j, float mm, float ll, const float (&ac)[kPL]) {
-    float* part = a.part + (static_cast<int64_t>(j) * a.n_splits + split) * (D + 2);
+    float* part = a.part + (static_cast<int64_t>(j) * a.n_splits + split) * part_stride(D);
     if (lane == 0) {
       part[0] = mm;
       part[1] = ll;
     }
-    if constexpr (kPL % 2 == 0) {
-      // 8-byte aligned: rows of D + 2 floats, D even.
+    if constexpr (kPL % 4 == 0) {
+      // 16-byte aligned: part_stride(D) and kPartHead are multiples of 4.
 #pragma unroll
-      for (int i = 0; i < kPL; i += 2) {
-        reinterpret_cast<float2*>(part + 2 + lane * kPL)[i / 2] = make_float2(ac[i], ac[i + 1]);
+      for (int i = 0; i < kPL; i += 4) {
+        reinterpret_cast<float4*>(part + kPartHead + lane * kPL)[i / 4] =
+            make_float4(ac[i], ac[i + 1], ac[i + 2], ac[i + 3]);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < kPL; ++i) part[2 + lane * kPL + i] = ac[i];
+      for (int i = 0; i < kPL; ++i) part[kPartHead + lane * kPL + i] = ac[i];
     }
   };
   if (n_ksub == 1) {
@@ -706,7 +747,7 @@ __device__ __forceinline__ void mma_write_parts(const AttnArgs& a, int g, int r,
   for (int half = 0; half < 2; ++half) {
     const int row = qr + 8 * half;
     if (row >= r) continue;
-    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * (D + 2);
+    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * part_stride(D);
     if (warp == 0 && (lane & 3) == 0) {
       part[0] = half ? m1 : m0;
       part[1] = half ? l1 : l0;
@@ -714,7 +755,7 @@ __device__ __forceinline__ void mma_write_parts(const AttnArgs& a, int g, int r,
 #pragma unroll
     for (int j = 0; j < kNB; ++j) {
       const int col = warp * (D / kDecWarps) + j * 8 + qc;
-      *reinterpret_cast<float2*>(part + 2 + col) = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
+      *reinterpret_cast<float2*>(part + kPartHead + col) = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
     }
   }
 }
@@ -1050,7 +1091,7 @@ void launch_attention(const AttnArgs& a, dim3 grid, int threads, int qpb, int hp
 }  // namespace
 
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits) {
-  return static_cast<size_t>(n) * n_heads * n_splits * (head_dim + 2);
+  return static_cast<size_t>(n) * n_heads * n_splits * part_stride(head_dim);
 }
 
 void attention_setup() {
