@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -153,25 +152,25 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
   for (int i = 0; i < kPL; ++i) part[kPartHead + lane + 32 * i] = acc[i];
 }
 
-// Merges the splits of one (query, head) for a chunk of 64 output elements (blockIdx.z). kVec:
+// Merges the splits of one (query, head) for a chunk of dchunk output elements (blockIdx.z):
 // thread (c, sg) owns the 4 elements 4c .. 4c+3 of the chunk (one float4 per split) over the
-// splits sg, sg + n_sg, ... (n_sg = 16 for 64-element chunks) with eight loads in flight, and the
-// n_sg partial sums meet in shared memory. Else (the form before run 14) thread (dl, sg) owns one
-// element (n_sg = 4): a quarter of the loads in flight. (One thread per element over every split
-// was a chain of ~n_splits/4 dependent loads: tens of µs at 264 splits.) The split weights are
-// computed once per block into shared memory; empty splits are never read.
+// splits sg, sg + n_sg, ... with eight loads in flight, and the n_sg partial sums meet in shared
+// memory. (One thread per element over every split was a chain of ~n_splits/4 dependent loads:
+// tens of µs at 264 splits; one element a thread over n_sg = 4 groups, the form until run 14,
+// kept a quarter of these loads in flight: run 14 call 2, 12B 306.9 vs 309.5 tok/s at depth
+// 32768, 31B 139.7 vs 140.7.) The split weights are computed once per block into shared memory;
+// empty splits are never read.
 constexpr int kMaxSplits = 1024;
 constexpr int kMergeThreads = 256;
-template <bool kVec>
+constexpr int kMergeLoads = 8;  // loads in flight per thread
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs a) {
   pdl_trigger();
   pdl_wait();
-  constexpr int kW = kVec ? 4 : 1;  // elements per thread and load
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
-  __shared__ __align__(16) float sums[kMergeThreads * kW];
+  __shared__ __align__(16) float sums[kMergeThreads * 4];
   const int t = blockIdx.x, j = blockIdx.y, D = a.head_dim, stride = part_stride(D);
-  const int dchunk = D / static_cast<int>(gridDim.z), nc = dchunk / kW, n_sg = kMergeThreads / nc;
+  const int dchunk = D / static_cast<int>(gridDim.z), nc = dchunk / 4, n_sg = kMergeThreads / nc;
   const int c = threadIdx.x % nc, sg = threadIdx.x / nc;
   const int d0 = blockIdx.z * dchunk;
   const int ns = a.n_splits;
@@ -193,40 +192,33 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
     lsum += l * ws;
   }
   const float l = block_sum(lsum, red);  // starts with a barrier: w[] is complete after it
-  using Vec = std::conditional_t<kVec, float4, float>;
-  auto load = [&](int q) -> Vec {
-    return *reinterpret_cast<const Vec*>(part + static_cast<int64_t>(q) * stride + kPartHead + d0 +
-                                         kW * c);
+  // 16-byte aligned: part_stride(D), kPartHead, d0 and 4c are multiples of 4.
+  const float* col = part + kPartHead + d0 + 4 * c;
+  auto load = [&](int q) {
+    return *reinterpret_cast<const float4*>(col + static_cast<int64_t>(q) * stride);
   };
-  auto fma_into = [](float (&o)[kW], float ws, const Vec& v) {
-    if constexpr (kVec) {
-      o[0] += ws * v.x;
-      o[1] += ws * v.y;
-      o[2] += ws * v.z;
-      o[3] += ws * v.w;
-    } else {
-      o[0] += ws * v;
-    }
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto add = [&](float ws, const float4& v) {
+    o.x += ws * v.x;
+    o.y += ws * v.y;
+    o.z += ws * v.z;
+    o.w += ws * v.w;
   };
-  constexpr int kU = 8;
-  float o[kW] = {};
   int sp = sg;
-  for (; sp + (kU - 1) * n_sg < ns; sp += kU * n_sg) {
-    Vec v[kU];
+  for (; sp + (kMergeLoads - 1) * n_sg < ns; sp += kMergeLoads * n_sg) {
+    float4 v[kMergeLoads];
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kMergeLoads; ++u) {
       const int q = sp + u * n_sg;
-      v[u] = w[q] != 0.0f ? load(q) : Vec{};
+      v[u] = w[q] != 0.0f ? load(q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) fma_into(o, w[sp + u * n_sg], v[u]);
+    for (int u = 0; u < kMergeLoads; ++u) add(w[sp + u * n_sg], v[u]);
   }
   for (; sp < ns; sp += n_sg) {
-    if (w[sp] != 0.0f) fma_into(o, w[sp], load(sp));
+    if (w[sp] != 0.0f) add(w[sp], load(sp));
   }
-  // sums[sg][kW·c + e]: group sg's sum for element kW·c + e of the chunk.
-#pragma unroll
-  for (int e = 0; e < kW; ++e) sums[sg * dchunk + kW * c + e] = o[e];
+  reinterpret_cast<float4*>(sums)[sg * nc + c] = o;  // sums[sg][4c .. 4c+3]
   __syncthreads();
   const int dl = threadIdx.x;  // threads 0 .. dchunk-1 (whole warps): one element each
   if (dl >= dchunk) return;
@@ -242,19 +234,18 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   }
 }
 
-// Output elements per merge block: GEM_CUDA_MERGE_CHUNK (64; 32 doubles the blocks and halves
-// each thread's chain of split loads; at least 32, so that the q8 copy's blocks stay whole),
-// the whole head when it is narrower. GEM_CUDA_MERGE_VEC=0 the one-element-per-thread form.
-// Read at every launch so that the kernel tests run each.
+// Output elements per merge block: 32 when 64-element chunks would leave a thread more than one
+// round of loads (more than kMergeLoads · 16 splits: the 12B's full layers at 264), else 64 —
+// run 14 call 2: 32 everywhere gave the 12B 314.4 vs 307.9-309.5 tok/s at depth 32768 and 328.8
+// vs 321.9-323.7 at 4096, the 31B (66 full-layer splits) 139.2 vs 140.1-140.7; the whole head
+// when it is narrower (at least 32, so that the q8 copy's blocks stay whole).
+// GEM_CUDA_MERGE_CHUNK=32|64 forces a size; read at every launch so that the kernel tests run
+// both.
 void launch_merge(const AttnArgs& a, int n, cudaStream_t s) {
-  const int want = env_int("GEM_CUDA_MERGE_CHUNK", 64, 32, 64) >= 64 ? 64 : 32;
+  const int rule = a.n_splits > kMergeLoads * (kMergeThreads / (64 / 4)) ? 32 : 64;
+  const int want = env_int("GEM_CUDA_MERGE_CHUNK", rule, 32, 64) >= 64 ? 64 : 32;
   const int dchunk = a.head_dim < want ? a.head_dim : want;
-  const dim3 grid(n, a.n_heads, a.head_dim / dchunk);
-  if (env_int("GEM_CUDA_MERGE_VEC", 1, 0, 1) != 0) {
-    launch(attention_merge_kernel<true>, grid, kMergeThreads, 0, s, a);
-  } else {
-    launch(attention_merge_kernel<false>, grid, kMergeThreads, 0, s, a);
-  }
+  launch(attention_merge_kernel, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads, 0, s, a);
 }
 
 // ---- Decode: one query per head (n = 1), its own K/V already in the cache ----
