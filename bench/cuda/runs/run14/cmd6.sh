@@ -2,7 +2,7 @@
 # depth 32768 now that the merge is 4-8x wider (run 12 call 3 measured 2/3/4 per SM with the
 # one-element merge: 2 best). gem only, built without the tests; 12B then 31B, figures written as
 # they come (the call may end at the device budget).
-source bench/cuda/device_env.sh 2>/dev/null || true
+OUT=${OUT:-/tmp/gem-out}
 export PATH=/usr/local/cuda/bin:$PATH
 DEPS=$PWD/.device/deps
 export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig CMAKE_PREFIX_PATH=$DEPS LD_LIBRARY_PATH=$DEPS/lib:${LD_LIBRARY_PATH:-}
