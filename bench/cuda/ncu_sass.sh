@@ -6,11 +6,11 @@
 # WarpStateStats sections; writes $OUT/<name>_details.txt and $OUT/<name>_sass.csv (the source
 # page in its SASS view: the per-instruction counters; the CUDA view has none).
 set -u
-if [ $# -ne 3 ] || ! [[ $3 =~ ^[0-9]+$ ]]; then
-  echo "usage: bench/cuda/ncu_sass.sh KERNEL_REGEX MODEL DEPTH (DEPTH a whole number; got: $*)" >&2
+if [ $# -lt 3 ] || [ $# -gt 4 ] || ! [[ $3 =~ ^[0-9]+$ ]] || ! [[ ${4:-0} =~ ^[0-9]+$ ]]; then
+  echo "usage: bench/cuda/ncu_sass.sh KERNEL_REGEX MODEL DEPTH [SKIP] (DEPTH and SKIP whole numbers; got: $*)" >&2
   exit 2
 fi
-kernel=$1 model=$2 depth=$3
+kernel=$1 model=$2 depth=$3 skip=${4:-0}
 [ -f "$model" ] || { echo "ncu_sass.sh: model $model: no such file" >&2; exit 2; }
 source bench/cuda/device_env.sh
 ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -18,7 +18,7 @@ name=$(echo "$kernel" | tr -c 'A-Za-z0-9_\n' '_')
 rep=/tmp/sass_$name
 sections=(--section SourceCounters --section WarpStateStats --import-source yes)
 GEM_CUDA_PROFILE_FROM_POS=$depth timeout 120 "$ncu_bin" --clock-control none \
-  --profile-from-start off --kernel-name "regex:$kernel" --launch-count 1 "${sections[@]}" \
+  --profile-from-start off --kernel-name "regex:$kernel" --launch-skip "$skip" --launch-count 1 "${sections[@]}" \
   -o "$rep" "$GEM" bench -m "$model" -p 0 -n 2 -d "$depth" -r 1 --backend cuda > "$rep.log" 2>&1
 echo "$kernel: ncu rc=$?"
 "$ncu_bin" --import "$rep.ncu-rep" --page details > "$OUT/${name}_details.txt" 2>&1

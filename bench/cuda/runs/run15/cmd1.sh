@@ -13,6 +13,6 @@ GEM_CUDA_PROFILE_FROM_POS=32768 timeout 200 $NCU --clock-control none --csv --pr
 echo "ncu 12b rc=$?"
 python3 bench/cuda/ncu_steps.py /tmp/ncu_12b.csv --compact $OUT/ncu_12b_d32768_compact.csv > $OUT/ncu_12b_d32768.txt 2>&1
 head -40 $OUT/ncu_12b_d32768.txt
-for k in attention_decode_mma2_kernel attention_merge_kernel; do
-  bash bench/cuda/ncu_sass.sh "$k" $M/g12b.gguf 32768
-done
+bash bench/cuda/ncu_sass.sh attention_decode_mma2_kernel $M/g12b.gguf 32768
+# The 12B's layers 0-4 are sliding, layer 5 full: its merge is the step's sixth.
+bash bench/cuda/ncu_sass.sh attention_merge_kernel $M/g12b.gguf 32768 5
