@@ -17,13 +17,7 @@ mode=${1:-test}
 OUT=${OUT:-/tmp/gem-out}
 mkdir -p "$OUT"
 J=$(nproc)
-export PATH=/usr/local/cuda/bin:$PATH
-# Build dependencies the GPU image lacks (GTest, CLI11, cpp-httplib), carried in .device/deps.
-if [ -d .device/deps ]; then
-  DEPS=$PWD/.device/deps
-  sed -i "s#^prefix=.*#prefix=$DEPS#" $DEPS/lib/pkgconfig/cpp-httplib.pc
-  export PKG_CONFIG_PATH=$DEPS/lib/pkgconfig CMAKE_PREFIX_PATH=$DEPS LD_LIBRARY_PATH=$DEPS/lib:${LD_LIBRARY_PATH:-}
-fi
+source bench/cuda/device_deps.sh
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/summary.txt"; }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee -a "$OUT/summary.txt"
