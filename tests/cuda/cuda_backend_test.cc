@@ -302,9 +302,10 @@ TEST(CudaBackend, CancelStopsAtATileAndErrorsOnOverflow) {
 
 // Synthetic 12B / 31B (gem synth), named by environment variables because the files are
 // gigabytes: first-position top-20 and the first 16 greedy tokens against the CPU engine.
-void check_synth(const char* env) {
+void check_synth(const char* env, const std::vector<std::pair<const char*, const char*>>& vars = {}) {
   const char* path = std::getenv(env);
   if (!path) GTEST_SKIP() << env << " is not set (path of a gem synth file)";
+  const ScopedEnv scoped(vars);
   Pair p = make_pair(path, model::KvType::kF16, 1024, 256, /*fast=*/true);
   ASSERT_TRUE(p.cpu && p.gpu);
   const std::vector<int32_t> prompt = prompt_tokens("short");  // <bos>The capital of France is
@@ -337,6 +338,17 @@ TEST(CudaBackend, Synthetic12B) {
 TEST(CudaBackend, Synthetic31B) {
   REQUIRE_GPU();
   check_synth("GEM_CUDA_SYNTH_31B");
+}
+// The same with the full layers' split tensor-core decode from the first token on
+// (GEM_CUDA_ATTN_MMA=2; by default only past 4096 keys), which reads only K's rotated quarter
+// besides V (the real structure: V is the raw K projection, rope_freqs turns 64 of 256 pairs).
+TEST(CudaBackend, Synthetic12BSplitDecode) {
+  REQUIRE_GPU();
+  check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_ATTN_MMA", "2"}});
+}
+TEST(CudaBackend, Synthetic31BSplitDecode) {
+  REQUIRE_GPU();
+  check_synth("GEM_CUDA_SYNTH_31B", {{"GEM_CUDA_ATTN_MMA", "2"}});
 }
 
 }  // namespace

@@ -601,8 +601,14 @@ std::vector<float> grid_values(size_t n, int den, float scale) {
 enum class AttnPath { kSplit, kDecode, kPrefill };
 
 // Attention of n queries at pos0.. over a cache (ring or full, f32 or f16) + the tile's K/V.
+// A dim of a D-wide head that Gemma 4's proportional RoPE turns (pairs below D/8).
+bool rotated_dim(int D, int d) { return d % (D / 2) < D / 8; }
+
+// shared_kv: K = V ⊙ w on the dims that do not rotate (a full layer whose V is the raw K
+// projection), AttnArgs::k_shared_w set; the device's copy of those K dims is then NaN, so a
+// kernel that read them would fail.
 void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int pos0, int n,
-                     int n_splits, AttnPath path = AttnPath::kSplit) {
+                     int n_splits, AttnPath path = AttnPath::kSplit, bool shared_kv = false) {
   const bool ring = window > 0;
   const size_t cache_elems = static_cast<size_t>(G) * n_slots * D;
   // The tensor-core paths round Q and P to f16: they get inputs exact in f16 (see grid_values)
@@ -625,6 +631,21 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
                   : randn(static_cast<size_t>(n) * G * D);
   auto vt = exact ? grid_values(static_cast<size_t>(n) * G * D, 16, 1.0f)
                   : randn(static_cast<size_t>(n) * G * D);
+  std::vector<float> kw(static_cast<size_t>(D), 1.0f);
+  if (shared_kv) {
+    // Powers of two with signs, so that q ⊙ w and V ⊙ w stay exact in f16.
+    const float pick[] = {0.5f, 1.0f, 2.0f, -0.5f, -1.0f, -2.0f};
+    std::uniform_int_distribution<int> u(0, 5);
+    for (float& x : kw) x = pick[u(rng())];
+    for (size_t e = 0; e < cache_elems; ++e) {
+      const int d = static_cast<int>(e % D);
+      if (!rotated_dim(D, d)) kc[e] = vc[e] * kw[d];
+    }
+    for (size_t e = 0; e < kt.size(); ++e) {
+      const int d = static_cast<int>(e % D);
+      if (!rotated_dim(D, d)) kt[e] = vt[e] * kw[d];
+    }
+  }
   if (path == AttnPath::kDecode && f16) {
     // The decode kernel reads the token's own K/V back from the f16 cache: round them as stored.
     for (float& x : kt) x = fp16_to_f32(f32_to_fp16(x));
@@ -684,7 +705,12 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
       }
     }
   }
-  Dev<float> dq(q), dkt(kt), dvt(vt), out(ref.size());
+  if (shared_kv) {
+    for (size_t e = 0; e < cache_elems; ++e) {
+      if (!rotated_dim(D, static_cast<int>(e % D))) kh[e] = 0x7e00;  // f16 NaN: never read
+    }
+  }
+  Dev<float> dq(q), dkt(kt), dvt(vt), out(ref.size()), dkw(kw);
   Dev<float> dkc(kc), dvc(vc);
   Dev<uint16_t> dkh(kh), dvh(vh);
   if (path == AttnPath::kPrefill) {
@@ -729,9 +755,13 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
                    reinterpret_cast<const cuda::StepParams*>(sp.p), part.p, out.p,
                    cuda::Q8Act{oq.p, ods.p}};
   a.tile_in_cache = path == AttnPath::kDecode;
+  if (shared_kv) a.k_shared_w = dkw.p;
   if (path == AttnPath::kDecode) {
     ASSERT_TRUE(cuda::attention_decode_supported(a));
     ASSERT_EQ(cuda::attention_decode_uses_mma(a), mma);
+  }
+  if (shared_kv) {
+    ASSERT_TRUE(cuda::attention_decode_shares_kv(a)) << "the case must take that form";
   }
   cuda::attention(a, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -783,6 +813,32 @@ void check_decode_cases() {
     check_attention(16, 2, 256, 1024, 1024, true, 3000, 1, 33, P);  // r = 8 on a wrapped ring
     unsetenv("GEM_CUDA_ATTN_MMA");
   }
+  // The split form reading only K's rotated dims besides V (full layers whose V is the raw K
+  // projection), in each tile shape.
+  for (const char* shape : {"0", "1", "2", "3"}) {
+    setenv("GEM_CUDA_ATTN_MMA2_SHAPE", shape, 1);
+    setenv("GEM_CUDA_ATTN_MMA", "2", 1);
+    SCOPED_TRACE(std::string("shared K/V, split form shape ") + shape);
+    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P, true);  // 12B full, depth 33K
+    check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P, true);     // 31B full
+    check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P, true);       // a single partial tile
+    check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P, true);      // r = 16, D = 256
+  }
+  // Off by GEM_CUDA_ATTN_SHARED_KV=0: K is read whole (the case must then not take the form).
+  setenv("GEM_CUDA_ATTN_SHARED_KV", "0", 1);
+  {
+    cuda::AttnArgs off{};
+    off.k_shared_w = reinterpret_cast<const float*>(&off);
+    off.n = 1;
+    off.n_heads = 16;
+    off.n_kv = 1;
+    off.head_dim = 512;
+    off.f16 = true;
+    off.tile_in_cache = true;
+    EXPECT_FALSE(cuda::attention_decode_shares_kv(off));
+  }
+  unsetenv("GEM_CUDA_ATTN_SHARED_KV");
+  unsetenv("GEM_CUDA_ATTN_MMA");
   // Groups of 2 and 4 heads (the sliding layers) on the tensor-core forms
   // (GEM_CUDA_ATTN_MMA_SMALL=1): rows past r are zero.
   setenv("GEM_CUDA_ATTN_MMA_SMALL", "1", 1);

@@ -41,6 +41,11 @@ int mma_form(const AttnArgs& a) {
   return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 4096, 0, 1 << 30) ? 2 : 1;
 }
 bool mma_disabled() { return forced_mma_form() == 0; }
+// The split form reads only K's rotated dims when the layer allows it (AttnArgs::k_shared_w) and
+// GEM_CUDA_ATTN_SHARED_KV is not 0 (read at every launch).
+bool shared_kv_on(const AttnArgs& a) {
+  return a.k_shared_w != nullptr && env_flag("GEM_CUDA_ATTN_SHARED_KV", true);
+}
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
@@ -636,13 +641,27 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Full layers whose V is the raw K projection (AttnArgs::k_shared_w): K = RoPE(V ⊙ w_k), and
+// the proportional RoPE turns only the pairs below D/8 (dims [0, D/8) and [D/2, D/2 + D/8));
+// on every other dim K = V ⊙ w_k, so the scores there are (q ⊙ w_k)·V and the split decode reads
+// only K's D/4 rotated dims (kept contiguous in its stage) besides V: 5/8 of the K/V bytes.
+template <int D>
+__device__ __forceinline__ bool shared_kv_rotated(int d) {
+  return (d & (D / 2 - 1)) < D / 8;
+}
+// A rotated dim's column in the compact K rows of the stage.
+template <int D>
+__device__ __forceinline__ int shared_kv_col(int d) {
+  return d < D / 2 ? d : d - D / 2 + D / 8;
+}
+
 // The Q fragments (A of m16n8k16, row-major: rows qr and qr + 8, columns qc, qc + 1 (+ 8)) of
 // kKS k-steps from column c0 on, from the prologue's q in global memory. The block first stages
 // the group's Q as f16 rows (zero past r) in qs ([16][kRowH] halves of shared memory) with
 // coalesced 16-byte loads, all in flight at once, so every warp then reads its fragments from
 // shared memory (reading them from global memory was 256 scattered loads per lane). Block-wide,
 // with a barrier at the end (qs is free again).
-template <int D, int kKS>
+template <int D, int kKS, bool kShared = false>
 __device__ __forceinline__ void mma_q_fragments_staged(const AttnArgs& a, int g, int r, int qr,
                                                        int qc, int c0, __half* qs,
                                                        uint32_t (&qa)[kKS][4]) {
@@ -655,6 +674,16 @@ __device__ __forceinline__ void mma_q_fragments_staged(const AttnArgs& a, int g,
     // A plain load (the prologue wrote q; a non-coherent one may be hoisted above pdl_wait).
     v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (kShared) {
+      // The pass-through dims meet V, not K: q·K = (q ⊙ w_k)·V there (shared_kv_dim).
+      if (!shared_kv_rotated<D>(4 * c4)) {
+        const float4 w = reinterpret_cast<const float4*>(a.k_shared_w)[c4];
+        v[u].x *= w.x;
+        v[u].y *= w.y;
+        v[u].z *= w.z;
+        v[u].w *= w.w;
+      }
+    }
   }
 #pragma unroll
   for (int u = 0; u < kQLoads; ++u) {
@@ -692,6 +721,30 @@ __device__ __forceinline__ void mma_load_tile(const AttnArgs& a, const __half* k
     const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
     cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
     cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+  }
+  cp_async_commit();
+}
+
+// The same tile for the shared-K/V form: only K's rotated dims (D/4 per key, compact rows of
+// kRowK halves) besides the whole V rows.
+template <int D, int kKeys>
+__device__ __forceinline__ void mma_load_tile_shared(const AttnArgs& a, const __half* kc,
+                                                     const __half* vc, __half* ks, __half* vs,
+                                                     int k0, int ke) {
+  constexpr int kRowH = D + 8, kRowK = D / 4 + 8;
+  constexpr int kChunks = D / 8;  // 16-byte pieces per V row
+  // The V pieces' loop (mma_load_tile's); a piece on a rotated dim also copies K's (the same
+  // offsets: a separate loop over K's pieces kept its own addresses live, +45 registers).
+#pragma unroll 4
+  for (int c = threadIdx.x; c < kKeys * kChunks; c += kDecWarps * 32) {
+    const int kk = c / kChunks, off = (c % kChunks) * 8;
+    const int kp = k0 + kk;
+    const bool valid = kp < ke;
+    const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
+    cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
+    if (shared_kv_rotated<D>(off)) {
+      cp_async16_zfill(ks + kk * kRowK + shared_kv_col<D>(off), kc + slot * D + off, valid);
+    }
   }
   cp_async_commit();
 }
@@ -859,23 +912,31 @@ template <int kKeys>
 constexpr int mma2_srow() {
   return kKeys + 4;  // floats per row of the S parts (fewer bank conflicts)
 }
-template <int D, int kKeys, int kStages>
+// Halves per staged K row: all of D, or the D/4 rotated dims of the shared-K/V form.
+template <int D, bool kShared>
+constexpr int mma2_krow() {
+  return (kShared ? D / 4 : D) + 8;
+}
+template <int D, int kKeys, int kStages, bool kShared>
 constexpr int mma2_smem_bytes() {
-  return kStages * 2 * kKeys * (D + 8) * 2 + (64 / kKeys) * 16 * mma2_srow<kKeys>() * 4;
+  return kStages * kKeys * (mma2_krow<D, kShared>() + D + 8) * 2 +
+         (64 / kKeys) * 16 * mma2_srow<kKeys>() * 4;
 }
 
-template <int D, int kMma2Keys, int kMma2Stages>
+template <int D, int kMma2Keys, int kMma2Stages, bool kShared>
 __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kernel(AttnArgs a) {
   constexpr int kNBS = kMma2Keys / 8;      // n-blocks of 8 keys in S
   constexpr int kParts = kDecWarps / kNBS;  // parts of D whose S products meet in shared memory
   constexpr int kKS2 = kMma2Keys / 16;     // k-steps of P·V per tile
   constexpr int kMma2SRow = mma2_srow<kMma2Keys>();
-  constexpr int kRowH = D + 8;             // halves per staged row
+  constexpr int kRowH = D + 8;             // halves per staged V row
+  constexpr int kRowK = mma2_krow<D, kShared>();  // halves per staged K row
   constexpr int kKSW = D / 16 / kParts;    // k-steps of this warp's part of S = Q·Kᵀ
   static_assert(kKSW % 2 == 0, "two accumulator chains");
   constexpr int kNB = D / 8 / kDecWarps;   // n-blocks of 8 output columns per warp
   static_assert(kNB % 2 == 0, "ldmatrix.x4 takes two n-blocks");
-  constexpr int kStageH = 2 * kMma2Keys * kRowH;  // halves per stage (K then V)
+  constexpr int kStageH = kMma2Keys * (kRowK + kRowH);  // halves per stage (K then V)
+  static_assert(kStageH >= 16 * kRowH, "the queries are staged through one stage");
   extern __shared__ __align__(16) unsigned char dsmem[];
   __half* stage_base = reinterpret_cast<__half*>(dsmem);
   float* s_half = reinterpret_cast<float*>(dsmem + kMma2Stages * kStageH * 2);  // [kParts][16][SRow]
@@ -892,7 +953,12 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   auto load_stage = [&](int stage, int tile) {
     __half* ks = stage_base + static_cast<int64_t>(stage) * kStageH;
-    mma_load_tile<D, kMma2Keys>(a, kc, vc, ks, ks + kMma2Keys * kRowH, kb + tile * kMma2Keys, ke);
+    if constexpr (kShared) {
+      mma_load_tile_shared<D, kMma2Keys>(a, kc, vc, ks, ks + kMma2Keys * kRowK,
+                                         kb + tile * kMma2Keys, ke);
+    } else {
+      mma_load_tile<D, kMma2Keys>(a, kc, vc, ks, ks + kMma2Keys * kRowH, kb + tile * kMma2Keys, ke);
+    }
   };
   // The stages_begin of this form (tiles 0 .. kStages-2).
   auto begin = [&]() {
@@ -911,7 +977,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   if (empty_split_done(a, g, r, split, n_tiles)) return;
   __half* q_stage = stage_base + (kMma2Stages - 1) * kStageH;
   uint32_t qa[kKSW][4];
-  mma_q_fragments_staged<D, kKSW>(a, g, r, qr, qc, dh * (D / kParts), q_stage, qa);
+  mma_q_fragments_staged<D, kKSW, kShared>(a, g, r, qr, qc, dh * (D / kParts), q_stage, qa);
   float acc[kNB][4];
 #pragma unroll
   for (int j = 0; j < kNB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -929,19 +995,34 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
       }
     }
     const __half* ks = stage_base + static_cast<int64_t>(it % kMma2Stages) * kStageH;
-    const __half* vs = ks + kMma2Keys * kRowH;
+    const __half* vs = ks + kMma2Keys * kRowK;
     const int nk = min(kMma2Keys, ke - (kb + it * kMma2Keys));
-    // This warp's part of S: keys 8·nbs + qr (B = K rows), D half dh; two accumulators so that
-    // consecutive products do not wait for each other.
+    // This warp's part of S: keys 8·nbs + qr (B = K rows), D part dh; two accumulators so that
+    // consecutive products do not wait for each other. The shared-K/V form takes a k-step's B
+    // from the compact K rows on the rotated dims and from the V rows on the others.
     {
       float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const __half* krow = ks + (nbs * 8 + qr) * kRowH + dh * (D / kParts) + qc;
+      const int key = nbs * 8 + qr, d_part = dh * (D / kParts);
+      // A part is a half or a quarter of D: it rotates on its first D/8 dims when it starts a
+      // half (shared_kv_rotated), and those sit at shared_kv_col in the compact K rows.
+      const bool rot_part = (d_part & (D / 2 - 1)) == 0;
+      const __half* kbase = ks + key * kRowK + (kShared ? (d_part >= D / 2 ? D / 8 : 0) : d_part) + qc;
+      const __half* vbase = vs + key * kRowH + d_part + qc;
+      auto b_of = [&](int kq) -> const __half* {
+        if constexpr (kShared) {
+          return kq * 16 < D / 8 && rot_part ? kbase + kq * 16 : vbase + kq * 16;
+        } else {
+          return kbase + kq * 16;
+        }
+      };
 #pragma unroll
       for (int kq = 0; kq < kKSW; kq += 2) {
-        mma16816(s0, qa[kq], *reinterpret_cast<const uint32_t*>(krow + kq * 16),
-                 *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 8));
-        mma16816(s1, qa[kq + 1], *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 16),
-                 *reinterpret_cast<const uint32_t*>(krow + kq * 16 + 24));
+        const __half* b0 = b_of(kq);
+        const __half* b1 = b_of(kq + 1);
+        mma16816(s0, qa[kq], *reinterpret_cast<const uint32_t*>(b0),
+                 *reinterpret_cast<const uint32_t*>(b0 + 8));
+        mma16816(s1, qa[kq + 1], *reinterpret_cast<const uint32_t*>(b1),
+                 *reinterpret_cast<const uint32_t*>(b1 + 8));
       }
       float* sh = s_half + dh * 16 * kMma2SRow;
       *reinterpret_cast<float2*>(sh + qr * kMma2SRow + nbs * 8 + qc) =
@@ -1017,32 +1098,41 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
 // per SM).
 int mma2_shape() { return env_int("GEM_CUDA_ATTN_MMA2_SHAPE", 2, 0, 3); }
 
-template <int D, int kKeys, int kStages>
+template <int D, int kKeys, int kStages, bool kShared>
 void launch2(dim3 grid, const AttnArgs& a, cudaStream_t s) {
-  launch(attention_decode_mma2_kernel<D, kKeys, kStages>, grid, kDecWarps * 32,
-         static_cast<size_t>(mma2_smem_bytes<D, kKeys, kStages>()), s, a);
+  launch(attention_decode_mma2_kernel<D, kKeys, kStages, kShared>, grid, kDecWarps * 32,
+         static_cast<size_t>(mma2_smem_bytes<D, kKeys, kStages, kShared>()), s, a);
 }
 
-template <int D>
+template <int D, bool kShared>
 void mma2_setup() {
   auto set = [](auto kernel, int bytes) {
     GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   };
-  set(attention_decode_mma2_kernel<D, 16, 3>, mma2_smem_bytes<D, 16, 3>());
-  set(attention_decode_mma2_kernel<D, 16, 4>, mma2_smem_bytes<D, 16, 4>());
-  set(attention_decode_mma2_kernel<D, 32, 2>, mma2_smem_bytes<D, 32, 2>());
-  set(attention_decode_mma2_kernel<D, 32, 3>, mma2_smem_bytes<D, 32, 3>());
+  set(attention_decode_mma2_kernel<D, 16, 3, kShared>, mma2_smem_bytes<D, 16, 3, kShared>());
+  set(attention_decode_mma2_kernel<D, 16, 4, kShared>, mma2_smem_bytes<D, 16, 4, kShared>());
+  set(attention_decode_mma2_kernel<D, 32, 2, kShared>, mma2_smem_bytes<D, 32, 2, kShared>());
+  set(attention_decode_mma2_kernel<D, 32, 3, kShared>, mma2_smem_bytes<D, 32, 3, kShared>());
+}
+
+template <int D, bool kShared>
+void launch_mma2(const AttnArgs& a, cudaStream_t s) {
+  const dim3 grid(a.n_kv, a.n_splits);
+  switch (mma2_shape()) {
+    case 0: launch2<D, 16, 3, kShared>(grid, a, s); break;
+    case 1: launch2<D, 16, 4, kShared>(grid, a, s); break;
+    case 2: launch2<D, 32, 2, kShared>(grid, a, s); break;
+    default: launch2<D, 32, 3, kShared>(grid, a, s); break;
+  }
 }
 
 template <int D>
 void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
   if (mma_form(a) == 2) {
-    const dim3 grid(a.n_kv, a.n_splits);
-    switch (mma2_shape()) {
-      case 0: launch2<D, 16, 3>(grid, a, s); break;
-      case 1: launch2<D, 16, 4>(grid, a, s); break;
-      case 2: launch2<D, 32, 2>(grid, a, s); break;
-      default: launch2<D, 32, 3>(grid, a, s); break;
+    if (shared_kv_on(a)) {
+      launch_mma2<D, true>(a, s);
+    } else {
+      launch_mma2<D, false>(a, s);
     }
   } else {
     launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,
@@ -1095,8 +1185,10 @@ void attention_setup() {
   GEM_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<512>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       mma_smem_bytes<512>()));
-  mma2_setup<256>();
-  mma2_setup<512>();
+  mma2_setup<256, false>();
+  mma2_setup<512, false>();
+  mma2_setup<256, true>();
+  mma2_setup<512, true>();
 }
 
 // Groups of 8 or 16 heads fill the tensor-core forms' 16 rows well; GEM_CUDA_ATTN_MMA_SMALL=1
@@ -1108,6 +1200,10 @@ bool attention_decode_uses_mma(const AttnArgs& a) {
                      ((r == 2 || r == 4) && env_flag("GEM_CUDA_ATTN_MMA_SMALL", false));
   return attention_decode_supported(a) && a.f16 && group &&
          (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
+}
+
+bool attention_decode_shares_kv(const AttnArgs& a) {
+  return attention_decode_uses_mma(a) && mma_form(a) == 2 && shared_kv_on(a);
 }
 
 bool attention_decode_supported(const AttnArgs& a) {

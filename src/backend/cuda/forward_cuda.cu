@@ -51,6 +51,10 @@ struct DevLayer {
   bool ring = false;
   int n_slots = 0;
   int n_splits_decode = 1;
+  // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
+  // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
+  // dims, and the long-context decode reads only K's rotated quarter (AttnArgs::k_shared_w).
+  bool kv_shared = false;
 };
 
 class CudaBackend final : public Backend {
@@ -425,6 +429,8 @@ Status CudaBackend::init() {
                     2 * kv_bytes);
     }
     L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_);
+    L.kv_shared = p.v_from_k && L.kv_f16 && !L.ring && p.n_rot == D &&
+                  p.n_rot_pairs_active <= D / 8;
     max_dim = std::max(max_dim, D);
     max_kv = std::max(max_kv, p.n_kv_heads);
     qkv_max = std::max(qkv_max, static_cast<int>(L.qkv.rows));
@@ -533,6 +539,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   a.max_keys = decode_keys(L);
+  if (L.kv_shared) a.k_shared_w = L.k_norm;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};

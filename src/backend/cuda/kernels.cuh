@@ -238,6 +238,11 @@ struct AttnArgs {
   // Set by attention(): decode blocks whose key range does not hold the token's position issue
   // their first K/V copies before pdl_wait (GEM_CUDA_ATTN_EARLY_KV, on by default).
   bool early_kv = false;
+  // Full layers whose V is the raw K projection and whose RoPE turns only the pairs below D/8
+  // (Gemma 4's proportional RoPE): the K norm's weight w_k, with which K = V ⊙ w_k on the dims
+  // that do not rotate. The split tensor-core decode then reads only K's rotated quarter besides
+  // V (attention.cu, shared_kv_rotated). nullptr: K is read whole.
+  const float* k_shared_w = nullptr;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s);
@@ -247,6 +252,9 @@ bool attention_decode_supported(const AttnArgs& a);
 // Whether that decode takes a tensor-core form (f16 cache, 8 or 16 heads per KV head — also 2
 // or 4 with GEM_CUDA_ATTN_MMA_SMALL=1 —, D 256 or 512; GEM_CUDA_ATTN_MMA=0 turns them off).
 bool attention_decode_uses_mma(const AttnArgs& a);
+// Whether that decode reads only K's rotated dims besides V (the split tensor-core form with
+// AttnArgs::k_shared_w set; GEM_CUDA_ATTN_SHARED_KV=0 turns it off).
+bool attention_decode_shares_kv(const AttnArgs& a);
 // One-time kernel attributes (the tensor-core decode's shared memory); call outside graph capture.
 void attention_setup();
 

@@ -1,18 +1,14 @@
-# Run 15, call 1 (prepared in session 12): where the 12B's decode step goes at depth 32768 now
-# (ncu, kernels serialised, one profile of ~2 steps as in run 12 call 3, to compare the float4
-# merge's 32-element chunks with run 12's 14.1 µs per full-layer merge), then the instruction-
-# level profile of the full layers' split tensor-core attention (run 12: 31.3 µs for 67 MB = 2.15
-# TB/s on the 12B, against 3.26 TB/s for the 31B's longer splits) and of the merge.
-bash bench/cuda/h200_run.sh build > $OUT/run.log 2>&1
+# Run 15, call 1 (session 13): the full layers' split tensor-core decode reading only K's rotated
+# quarter besides V (AttnArgs::k_shared_w: V is the raw K projection and the proportional RoPE
+# turns 64 of 256 pairs, so K = V ⊙ w_k on the other dims; 5/8 of the K/V bytes). Kernel tests of
+# the attention (GTEST_FILTER) and the backend tests, then 12B and 31B decode at depths 4096 and
+# 32768 per line of sweep1_lines.txt (shared on by default; off; the 16-key shapes, which now fit
+# two blocks per SM), then the synthetic 12B/31B parity, also with the split form from token 1.
+GTEST_FILTER='CudaAttention.*' SWEEP_FILE=bench/cuda/runs/run15/sweep1_lines.txt SWEEP_31B=1 \
+  SWEEP_DEPTHS=4096,32768 bash bench/cuda/h200_run.sh sweep > $OUT/run.log 2>&1
+grep -E "PASSED|FAILED|sweep|tg128|copy|parity|identical" $OUT/summary.txt
 source bench/cuda/device_env.sh
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-$GEM synth --profile 12b -q -o $M/g12b.gguf
-GEM_CUDA_PROFILE_FROM_POS=32768 timeout 200 $NCU --clock-control none --csv --profile-from-start off \
-  --launch-count 1000 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-  $GEM bench -m $M/g12b.gguf -p 0 -n 3 -d 32768 -r 1 --backend cuda > /tmp/ncu_12b.csv 2> $OUT/ncu_12b.err
-echo "ncu 12b rc=$?"
-python3 bench/cuda/ncu_steps.py /tmp/ncu_12b.csv --compact $OUT/ncu_12b_d32768_compact.csv > $OUT/ncu_12b_d32768.txt 2>&1
-head -40 $OUT/ncu_12b_d32768.txt
-bash bench/cuda/ncu_sass.sh attention_decode_mma2_kernel $M/g12b.gguf 32768
-# The 12B's layers 0-4 are sliding, layer 5 full: its merge is the step's sixth.
-bash bench/cuda/ncu_sass.sh attention_merge_kernel $M/g12b.gguf 32768 5
+for p in 31B; do
+  env GEM_SHARED_DIR=$PWD/.device/shared GEM_CUDA_SYNTH_$p=$M/g31b.gguf timeout 200 \
+    build-dev/tests/cuda/cuda_backend_test --gtest_filter="*Synthetic$p*" 2>&1 | grep -v "^gem info" | tail -12 | tee $OUT/synth_31B.txt
+done
