@@ -340,15 +340,16 @@ TEST(CudaBackend, Synthetic31B) {
   check_synth("GEM_CUDA_SYNTH_31B");
 }
 // The same with the full layers' split tensor-core decode from the first token on
-// (GEM_CUDA_ATTN_MMA=2; by default only past 4096 keys), which reads only K's rotated quarter
-// besides V (the real structure: V is the raw K projection, rope_freqs turns 64 of 256 pairs).
+// (GEM_CUDA_ATTN_MMA=2; by default only past 4096 keys) reading only K's rotated quarter besides
+// V (GEM_CUDA_ATTN_SHARED_KV=1; the real structure: V is the raw K projection, rope_freqs turns
+// 64 of 256 pairs).
 TEST(CudaBackend, Synthetic12BSplitDecode) {
   REQUIRE_GPU();
-  check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_ATTN_MMA", "2"}});
+  check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_ATTN_MMA", "2"}, {"GEM_CUDA_ATTN_SHARED_KV", "1"}});
 }
 TEST(CudaBackend, Synthetic31BSplitDecode) {
   REQUIRE_GPU();
-  check_synth("GEM_CUDA_SYNTH_31B", {{"GEM_CUDA_ATTN_MMA", "2"}});
+  check_synth("GEM_CUDA_SYNTH_31B", {{"GEM_CUDA_ATTN_MMA", "2"}, {"GEM_CUDA_ATTN_SHARED_KV", "1"}});
 }
 
 }  // namespace

@@ -824,20 +824,6 @@ void check_decode_cases() {
     check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P, true);       // a single partial tile
     check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P, true);      // r = 16, D = 256
   }
-  // Off by GEM_CUDA_ATTN_SHARED_KV=0: K is read whole (the case must then not take the form).
-  setenv("GEM_CUDA_ATTN_SHARED_KV", "0", 1);
-  {
-    cuda::AttnArgs off{};
-    off.k_shared_w = reinterpret_cast<const float*>(&off);
-    off.n = 1;
-    off.n_heads = 16;
-    off.n_kv = 1;
-    off.head_dim = 512;
-    off.f16 = true;
-    off.tile_in_cache = true;
-    EXPECT_FALSE(cuda::attention_decode_shares_kv(off));
-  }
-  unsetenv("GEM_CUDA_ATTN_SHARED_KV");
   unsetenv("GEM_CUDA_ATTN_MMA");
   // Groups of 2 and 4 heads (the sliding layers) on the tensor-core forms
   // (GEM_CUDA_ATTN_MMA_SMALL=1): rows past r are zero.

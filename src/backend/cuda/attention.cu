@@ -41,11 +41,8 @@ int mma_form(const AttnArgs& a) {
   return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 4096, 0, 1 << 30) ? 2 : 1;
 }
 bool mma_disabled() { return forced_mma_form() == 0; }
-// The split form reads only K's rotated dims when the layer allows it (AttnArgs::k_shared_w) and
-// GEM_CUDA_ATTN_SHARED_KV is not 0 (read at every launch).
-bool shared_kv_on(const AttnArgs& a) {
-  return a.k_shared_w != nullptr && env_flag("GEM_CUDA_ATTN_SHARED_KV", true);
-}
+// The split form reads only K's rotated dims when the caller allows it (AttnArgs::k_shared_w).
+bool shared_kv_on(const AttnArgs& a) { return a.k_shared_w != nullptr; }
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }

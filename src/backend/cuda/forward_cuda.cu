@@ -53,7 +53,8 @@ struct DevLayer {
   int n_splits_decode = 1;
   // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
   // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
-  // dims, and the long-context decode reads only K's rotated quarter (AttnArgs::k_shared_w).
+  // dims, and the long-context decode may read only K's rotated quarter (AttnArgs::k_shared_w;
+  // GEM_CUDA_ATTN_SHARED_KV=1).
   bool kv_shared = false;
 };
 
@@ -539,7 +540,8 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   a.max_keys = decode_keys(L);
-  if (L.kv_shared) a.k_shared_w = L.k_norm;
+  // Off until measured on the GPU (prepared in session 13 without one; read at every capture).
+  if (L.kv_shared && cuda::env_flag("GEM_CUDA_ATTN_SHARED_KV", false)) a.k_shared_w = L.k_norm;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};

@@ -253,7 +253,7 @@ bool attention_decode_supported(const AttnArgs& a);
 // or 4 with GEM_CUDA_ATTN_MMA_SMALL=1 —, D 256 or 512; GEM_CUDA_ATTN_MMA=0 turns them off).
 bool attention_decode_uses_mma(const AttnArgs& a);
 // Whether that decode reads only K's rotated dims besides V (the split tensor-core form with
-// AttnArgs::k_shared_w set; GEM_CUDA_ATTN_SHARED_KV=0 turns it off).
+// AttnArgs::k_shared_w set).
 bool attention_decode_shares_kv(const AttnArgs& a);
 // One-time kernel attributes (the tensor-core decode's shared memory); call outside graph capture.
 void attention_setup();
