@@ -1,8 +1,11 @@
-# Run 15, call 1 (prepared in session 12): where the 12B's decode step goes at depth 32768 now
-# (ncu, kernels serialised, one profile of ~2 steps as in run 12 call 3, to compare the float4
-# merge's 32-element chunks with run 12's 14.1 µs per full-layer merge), then the instruction-
-# level profile of the full layers' split tensor-core attention (run 12: 31.3 µs for 67 MB = 2.15
-# TB/s on the 12B, against 3.26 TB/s for the 31B's longer splits) and of the merge.
+# Run 15, call 2 (prepared in session 12 as call 1; session 13 put the shared-K/V decode first):
+# where the 12B's decode step goes at depth 32768 now (ncu, kernels serialised, one profile of ~2
+# steps as in run 12 call 3, to compare the float4 merge's 32-element chunks with run 12's 14.1 µs
+# per full-layer merge), then the instruction-level profile of the full layers' split
+# tensor-core attention (run 12: 31.3 µs for 67 MB = 2.15 TB/s on the 12B, against 3.26 TB/s for
+# the 31B's longer splits) and of the merge. SHARED sets GEM_CUDA_ATTN_SHARED_KV for all of it
+# (default 1: the form call 1 measures; the profile then shows its own bytes/s).
+export GEM_CUDA_ATTN_SHARED_KV=${SHARED:-1}
 bash bench/cuda/h200_run.sh build > $OUT/run.log 2>&1
 source bench/cuda/device_env.sh
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
