@@ -672,7 +672,7 @@ __device__ __forceinline__ void mma_q_fragments_staged(const AttnArgs& a, int g,
     v[u] = row < r ? reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(g * r + row) * D)[c4]
                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if constexpr (kShared) {
-      // The pass-through dims meet V, not K: q·K = (q ⊙ w_k)·V there (shared_kv_dim).
+      // The pass-through dims meet V, not K: q·K = (q ⊙ w_k)·V there (shared_kv_rotated).
       if (!shared_kv_rotated<D>(4 * c4)) {
         const float4 w = reinterpret_cast<const float4*>(a.k_shared_w)[c4];
         v[u].x *= w.x;
