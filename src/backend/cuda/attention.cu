@@ -703,12 +703,15 @@ __device__ __forceinline__ void mma_q_fragments_staged(const AttnArgs& a, int g,
 }
 
 // One tile of kKeys keys from k0 (K rows into ks, V rows into vs, kRowH-half rows; keys at or
-// past ke zero-filled) as one cp.async group.
-template <int D, int kKeys>
+// past ke zero-filled) as one cp.async group. kShared (the shared-K/V form): only K's rotated
+// dims, D/4 per key in compact rows of D/4 + 8 halves; a V piece on a rotated dim also copies
+// K's (the same offsets: a separate loop over K's pieces kept its own addresses live across
+// the split form's main loop, +45 registers).
+template <int D, int kKeys, bool kShared = false>
 __device__ __forceinline__ void mma_load_tile(const AttnArgs& a, const __half* kc,
                                               const __half* vc, __half* ks, __half* vs, int k0,
                                               int ke) {
-  constexpr int kRowH = D + 8;
+  constexpr int kRowH = D + 8, kRowK = D / 4 + 8;
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
 #pragma unroll 4
   for (int c = threadIdx.x; c < kKeys * kChunks; c += kDecWarps * 32) {
@@ -716,31 +719,12 @@ __device__ __forceinline__ void mma_load_tile(const AttnArgs& a, const __half* k
     const int kp = k0 + kk;
     const bool valid = kp < ke;
     const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
-    cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
+    if constexpr (!kShared) cp_async16_zfill(ks + kk * kRowH + off, kc + slot * D + off, valid);
     cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
-  }
-  cp_async_commit();
-}
-
-// The same tile for the shared-K/V form: only K's rotated dims (D/4 per key, compact rows of
-// kRowK halves) besides the whole V rows.
-template <int D, int kKeys>
-__device__ __forceinline__ void mma_load_tile_shared(const AttnArgs& a, const __half* kc,
-                                                     const __half* vc, __half* ks, __half* vs,
-                                                     int k0, int ke) {
-  constexpr int kRowH = D + 8, kRowK = D / 4 + 8;
-  constexpr int kChunks = D / 8;  // 16-byte pieces per V row
-  // The V pieces' loop (mma_load_tile's); a piece on a rotated dim also copies K's (the same
-  // offsets: a separate loop over K's pieces kept its own addresses live, +45 registers).
-#pragma unroll 4
-  for (int c = threadIdx.x; c < kKeys * kChunks; c += kDecWarps * 32) {
-    const int kk = c / kChunks, off = (c % kChunks) * 8;
-    const int kp = k0 + kk;
-    const bool valid = kp < ke;
-    const int64_t slot = valid ? (a.ring ? kp % a.n_slots : kp) : 0;
-    cp_async16_zfill(vs + kk * kRowH + off, vc + slot * D + off, valid);
-    if (shared_kv_rotated<D>(off)) {
-      cp_async16_zfill(ks + kk * kRowK + shared_kv_col<D>(off), kc + slot * D + off, valid);
+    if constexpr (kShared) {
+      if (shared_kv_rotated<D>(off)) {
+        cp_async16_zfill(ks + kk * kRowK + shared_kv_col<D>(off), kc + slot * D + off, valid);
+      }
     }
   }
   cp_async_commit();
@@ -950,12 +934,8 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   auto load_stage = [&](int stage, int tile) {
     __half* ks = stage_base + static_cast<int64_t>(stage) * kStageH;
-    if constexpr (kShared) {
-      mma_load_tile_shared<D, kMma2Keys>(a, kc, vc, ks, ks + kMma2Keys * kRowK,
+    mma_load_tile<D, kMma2Keys, kShared>(a, kc, vc, ks, ks + kMma2Keys * kRowK,
                                          kb + tile * kMma2Keys, ke);
-    } else {
-      mma_load_tile<D, kMma2Keys>(a, kc, vc, ks, ks + kMma2Keys * kRowH, kb + tile * kMma2Keys, ke);
-    }
   };
   // The stages_begin of this form (tiles 0 .. kStages-2).
   auto begin = [&]() {
