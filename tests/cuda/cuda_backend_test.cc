@@ -252,6 +252,13 @@ TEST(CudaBackend, ClusteredResidualDecodeMatchesOneTile) {
   decode_matches_one_tile({{"GEM_CUDA_RES_CLUSTER", "2"}});
 }
 
+// Both norms of each residual epilogue from one reduction (GEM_CUDA_RES_ONEPASS=1), in the
+// prompt tile and every decode graph.
+TEST(CudaBackend, OnePassResidualDecodeMatchesOneTile) {
+  REQUIRE_GPU();
+  decode_matches_one_tile({{"GEM_CUDA_RES_ONEPASS", "1"}});
+}
+
 TEST(CudaBackend, CheckpointRestoreIsExact) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");
@@ -346,6 +353,10 @@ TEST(CudaBackend, Synthetic31B) {
 TEST(CudaBackend, Synthetic12BSplitDecode) {
   REQUIRE_GPU();
   check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_ATTN_MMA", "2"}, {"GEM_CUDA_ATTN_SHARED_KV", "1"}});
+}
+TEST(CudaBackend, Synthetic12BOnePassResidual) {
+  REQUIRE_GPU();
+  check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_RES_ONEPASS", "1"}});
 }
 TEST(CudaBackend, Synthetic31BSplitDecode) {
   REQUIRE_GPU();

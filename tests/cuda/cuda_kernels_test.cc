@@ -424,10 +424,19 @@ TEST(CudaDequant, F16RowsMatchGetRow) {
 
 // The residual epilogues' launch forms: one block per row, or a cluster of 2, 4 or 8 blocks
 // per row (GEM_CUDA_RES_CLUSTER, read at every launch).
-const char* const kResidualForms[] = {"0", "2", "4", "8"};
+// GEM_CUDA_RES_CLUSTER, then ":1" for the one-pass epilogue (GEM_CUDA_RES_ONEPASS=1: both
+// norms from one reduction).
+const char* const kResidualForms[] = {"0", "2", "4", "8", "0:1", "2:1", "8:1"};
 struct ResidualForm {
-  explicit ResidualForm(const char* v) { setenv("GEM_CUDA_RES_CLUSTER", v, 1); }
-  ~ResidualForm() { unsetenv("GEM_CUDA_RES_CLUSTER"); }
+  explicit ResidualForm(const char* v) {
+    const std::string f(v);
+    setenv("GEM_CUDA_RES_CLUSTER", f.substr(0, f.find(':')).c_str(), 1);
+    setenv("GEM_CUDA_RES_ONEPASS", f.find(":1") != std::string::npos ? "1" : "0", 1);
+  }
+  ~ResidualForm() {
+    unsetenv("GEM_CUDA_RES_CLUSTER");
+    unsetenv("GEM_CUDA_RES_ONEPASS");
+  }
 };
 
 // The q of value i of a 32-block of v by the CPU fast path's rounding (cpu::round_block_q8),
