@@ -113,7 +113,8 @@ __device__ __forceinline__ float row_sum(float v, float* red, float* cl, int slo
 
 // The four sums of the one-pass epilogue (residual_kernel, kOnePass) over the row, as row_sum
 // does one: s[i] of this block, then with kCluster of every block of the cluster (cl[0..3] of
-// block b holds block b's), in the same order in every block.
+// block b holds block b's), in the same order in every block; with kCluster every thread has
+// arrived at the cluster barrier on return and waits for it before the block leaves.
 template <bool kCluster>
 __device__ __forceinline__ void row_sum4(float (&s)[4], float* red4, float* cl) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -151,6 +152,9 @@ __device__ __forceinline__ void row_sum4(float (&s)[4], float* red4, float* cl) 
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
     }
+    // Done with the other blocks' cl: arrive now, wait only before leaving (residual_kernel's
+    // end), so that the barrier that keeps cl alive costs no latency of its own.
+    cluster.barrier_arrive();
   }
 }
 
@@ -257,8 +261,15 @@ __global__ void residual_kernel(float* x, const float* a,
       }
     }
   }
-  // No block of the cluster leaves while another may still read its cl.
-  if constexpr (kCluster) cooperative_groups::this_cluster().sync();
+  // No block of the cluster leaves while another may still read its cl (the one-pass form
+  // arrived in row_sum4 already).
+  if constexpr (kCluster) {
+    if (kOnePass && a) {
+      cooperative_groups::this_cluster().barrier_wait();
+    } else {
+      cooperative_groups::this_cluster().sync();
+    }
+  }
 }
 
 // Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
