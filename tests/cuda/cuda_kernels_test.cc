@@ -345,6 +345,27 @@ TEST(CudaEnv, PickTakesOnlyListedValues) {
   unsetenv(name);
 }
 
+TEST(CudaEnv, FlagTakesOnlyBooleans) {
+  const char* name = "GEM_CUDA_TEST_FLAG";
+  unsetenv(name);
+  EXPECT_TRUE(cuda::env_flag(name, true));
+  EXPECT_FALSE(cuda::env_flag(name, false));
+  for (const char* on : {"1", "true", "on", "yes"}) {
+    setenv(name, on, 1);
+    EXPECT_TRUE(cuda::env_flag(name, false)) << on;
+  }
+  for (const char* off : {"0", "false", "off", "no"}) {
+    setenv(name, off, 1);
+    EXPECT_FALSE(cuda::env_flag(name, true)) << off;
+  }
+  for (const char* bad : {"2", "x", "1x", "False"}) {
+    setenv(name, bad, 1);
+    EXPECT_TRUE(cuda::env_flag(name, true)) << bad;
+    EXPECT_FALSE(cuda::env_flag(name, false)) << bad << " (second read)";
+  }
+  unsetenv(name);
+}
+
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
   REQUIRE_GPU();
   check_matvec(DType::kQ4_0, 4096 + 2048 + 2048, 3840);  // 12B sliding q|k|v

@@ -42,9 +42,7 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// A GEM_CUDA_* switch from the environment: `fallback` when unset or empty, off when it starts
-// with '0', on otherwise. Read once per name by the callers (static locals).
-bool env_flag(const char* name, bool fallback);
+// env_flag: kernels.cuh.
 // A GEM_CUDA_* integer (tuning knobs): `fallback` when unset; a value that is not an integer in
 // [lo, hi] is reported on stderr and replaced by `fallback`.
 int env_int(const char* name, int fallback, int lo, int hi);

@@ -58,6 +58,10 @@ struct Q8Act {
 // that is not an integer, is reported on stderr (once per name and value, as env_int reports
 // its own) and replaced by `fallback`. Host code (tests run it without a GPU).
 int env_pick(const char* name, int fallback, std::initializer_list<int> allowed);
+// A GEM_CUDA_* switch: `fallback` when unset or empty; 1/true/on/yes or 0/false/off/no; any
+// other value is reported on stderr (once per name and value) and replaced by `fallback`. Host
+// code (tests run it without a GPU).
+bool env_flag(const char* name, bool fallback);
 
 // Per-eval values the captured decode graph reads from device memory, so one graph serves
 // every position.

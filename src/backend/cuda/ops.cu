@@ -457,11 +457,6 @@ int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 1
 
 }  // namespace
 
-bool env_flag(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  return e == nullptr || e[0] == '\0' ? fallback : e[0] != '0';
-}
-
 namespace {
 // Whether a bad value of this knob has been reported already: knobs read at every launch say
 // so once per name and value, not once per launch.
@@ -472,6 +467,21 @@ bool first_report(const char* name, const char* value) {
   return said.insert(std::string(name) + "=" + value).second;
 }
 }  // namespace
+
+// 1/true/on/yes or 0/false/off/no; anything else is reported (once) and the fallback used, so a
+// knob set to "false" is not read as on.
+bool env_flag(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || e[0] == '\0') return fallback;
+  const std::string v(e);
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+  if (first_report(name, e)) {
+    std::fprintf(stderr, "gem: %s=\"%s\" is not 0/1 (or false/true, off/on, no/yes); using %d\n",
+                 name, e, fallback ? 1 : 0);
+  }
+  return fallback;
+}
 
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* e = std::getenv(name);
