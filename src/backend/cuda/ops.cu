@@ -92,69 +92,47 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int cols, float 
   }
 }
 
-// Σ v over the row of this block's token: the block's sum, and with kCluster the sum of every
-// block of the cluster (each block holds a slice of the row), exchanged through distributed
-// shared memory: block b's total in cl[slot] of block b, added up by each warp in rank order, so
-// every block gets the same bits. Every thread gets the result.
-template <bool kCluster>
-__device__ __forceinline__ float row_sum(float v, float* red, float* cl, int slot) {
-  v = block_sum(v, red);
-  if constexpr (kCluster) {
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) cl[slot] = v;
-    cluster.sync();
-    const unsigned lane = threadIdx.x & 31;
-    v = lane < cluster.num_blocks() ? *cluster.map_shared_rank(cl + slot, lane) : 0.0f;
-    v = warp_sum(v);
-  }
-  return v;
-}
-
-// The four sums of the one-pass epilogue (residual_kernel, kOnePass) over the row, as row_sum
-// does one: s[i] of this block, then with kCluster of every block of the cluster (cl[0..3] of
-// block b holds block b's), in the same order in every block; with kCluster every thread has
-// arrived at the cluster barrier on return and waits for it before the block leaves.
-template <bool kCluster>
-__device__ __forceinline__ void row_sum4(float (&s)[4], float* red4, float* cl) {
+// Σ s[i] (i < N) over the row of this block's token: the block's sums, and with kCluster the
+// sums of every block of the cluster (each block holds a slice of the row), exchanged through
+// distributed shared memory: block b's totals in cl[0..N) of block b, added up by each warp in
+// rank order, so every block gets the same bits. Every thread gets the results. red holds N·32
+// floats. With kArrive (kCluster) every thread has also arrived at the cluster barrier on
+// return, done with the other blocks' cl, and must wait for it before its block leaves.
+template <bool kCluster, int N, bool kArrive = false>
+__device__ __forceinline__ void row_sums(float (&s)[N], float* red, float* cl) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  auto warp_sums = [&]() {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
+    for (int o = 16; o > 0; o >>= 1) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
-  }
+      for (int i = 0; i < N; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+    }
+  };
+  warp_sums();
+  __syncthreads();  // red may still be read by an earlier call
   if (lane == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red4[i * 32 + warp] = s[i];
+    for (int i = 0; i < N; ++i) red[i * 32 + warp] = s[i];
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 4; ++i) s[i] = lane < n_warps ? red4[i * 32 + lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
-  }
+  for (int i = 0; i < N; ++i) s[i] = lane < n_warps ? red[i * 32 + lane] : 0.0f;
+  warp_sums();
   if constexpr (kCluster) {
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
     if (threadIdx.x == 0) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) cl[i] = s[i];
+      for (int i = 0; i < N; ++i) cl[i] = s[i];
     }
     cluster.sync();
     const bool in = static_cast<unsigned>(lane) < cluster.num_blocks();
-    const float* rank_cl = cluster.map_shared_rank(cl, in ? lane : 0);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) s[i] = in ? rank_cl[i] : 0.0f;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
-    }
-    // Done with the other blocks' cl: arrive now, wait only before leaving (residual_kernel's
-    // end), so that the barrier that keeps cl alive costs no latency of its own.
-    cluster.barrier_arrive();
+    for (int i = 0; i < N; ++i) s[i] = in ? *cluster.map_shared_rank(cl + i, lane) : 0.0f;
+    warp_sums();
+    // Done with the other blocks' cl: arrive now and wait only before leaving, so that the
+    // barrier that keeps cl alive costs no latency of its own.
+    if constexpr (kArrive) cluster.barrier_arrive();
   }
 }
 
@@ -222,17 +200,17 @@ __global__ void residual_kernel(float* x, const float* a,
         sums[2] += xv[k] * u;
         sums[3] += u * u;
       }
-      row_sum4<kCluster>(sums, red, cl);
+      row_sums<kCluster, 4, true>(sums, red, cl);
       inv_a = rsqrtf(sums[0] / cols + eps);
       const double ia = inv_a, sc = scale;
       const double ss2 = sc * sc * (sums[1] + 2.0 * ia * sums[2] + ia * ia * sums[3]);
       inv_next = rsqrtf(static_cast<float>(ss2 / cols) + eps);
     } else {
-      float ss = 0.0f;
+      float ss[1] = {0.0f};
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) ss += av[k] * av[k];
-      ss = row_sum<kCluster>(ss, red, cl, 0);
-      inv_a = rsqrtf(ss / cols + eps);
+      for (int k = 0; k < kPer; ++k) ss[0] += av[k] * av[k];
+      row_sums<kCluster, 1>(ss, red, cl);
+      inv_a = rsqrtf(ss[0] / cols + eps);
     }
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
@@ -244,11 +222,11 @@ __global__ void residual_kernel(float* x, const float* a,
   if (w_next) {
     float inv = inv_next;
     if (!kOnePass || !a) {
-      float ss2 = 0.0f;
+      float ss2[1] = {0.0f};
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) ss2 += xv[k] * xv[k];
-      ss2 = row_sum<kCluster>(ss2, red, cl, 1);
-      inv = rsqrtf(ss2 / cols + eps);
+      for (int k = 0; k < kPer; ++k) ss2[0] += xv[k] * xv[k];
+      row_sums<kCluster, 1>(ss2, red, cl + 1);  // its own slot: others may still read cl[0]
+      inv = rsqrtf(ss2[0] / cols + eps);
     }
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
@@ -262,7 +240,7 @@ __global__ void residual_kernel(float* x, const float* a,
     }
   }
   // No block of the cluster leaves while another may still read its cl (the one-pass form
-  // arrived in row_sum4 already).
+  // arrived in row_sums already).
   if constexpr (kCluster) {
     if (kOnePass && a) {
       cooperative_groups::this_cluster().barrier_wait();
