@@ -1,7 +1,10 @@
 // gem synth: synthetic Gemma 4 dense models. Metadata and tensor order mirror
-// shared/tools/gguf_synth.py; the random numbers are gem's own (a counter-based splitmix64 per
-// tensor, so any chunk of any tensor can be produced independently and the bytes do not depend on
-// the writer's chunk size), so files are deterministic per seed but not byte-equal to the fixtures.
+// shared/tools/gguf_synth.py. The exact fill draws every value from the tensor's own numpy-PCG64
+// stream (pcg64.h), exactly as gguf_synth.py does, and quantises it with the same rules, so a
+// test model's tensor data equals the reference files llama.cpp's outputs were computed on (the
+// tests check its checksum). The fast fill (the 12B/31B) uses a counter-based splitmix64 instead:
+// random quant bytes at disk speed. Either way any chunk of a tensor is produced on its own, so
+// the bytes do not depend on the writer's chunk size.
 #include "model/synth.h"
 
 #include <fcntl.h>
@@ -15,6 +18,8 @@
 #include <memory>
 
 #include "base/check.h"
+#include "base/quant.h"
+#include "model/pcg64.h"
 
 namespace gem::model {
 namespace {
@@ -39,11 +44,6 @@ uint64_t stream_key(uint64_t seed, std::string_view name) {
 // The i-th 64-bit word of stream `key` (splitmix64 in counter mode).
 inline uint64_t stream_word(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * kGolden); }
 
-// Uniform in (-1, 1) from the top 53 bits.
-inline double uniform_pm1(uint64_t r) {
-  return (static_cast<double>(r >> 11) + 0.5) * (2.0 / 9007199254740992.0) - 1.0;
-}
-
 // A per-file pool of random words for the fast fill, read at a per-tensor offset and XORed
 // with a per-tensor key (as gguf_synth.py's FastPool): cheap, and no two tensors look alike.
 constexpr uint64_t kPoolWords = uint64_t{1} << 24;  // 128 MiB
@@ -61,7 +61,8 @@ enum class Kind { kEmbedding, kMatrix, kNorm, kRopeFreqs };
 struct TensorGen {
   DType type = DType::kF32;
   Kind kind = Kind::kNorm;
-  uint64_t key = 0;
+  uint64_t key = 0;         // fast fill: splitmix64 stream key
+  Pcg64 rng;                // exact fill: the tensor's stream at element 0
   double std = 0.0;         // matrices, embedding: uniform with this std
   double lo = 0.0, hi = 0.0;  // norms: uniform in [lo, hi)
   int rope_active = 0;      // rope_freqs: leading 1.0 entries
@@ -70,11 +71,12 @@ struct TensorGen {
   uint64_t pool_key = 0;    // fast: XOR key
   std::shared_ptr<const FastPool> pool;
 
-  float value(uint64_t i) const {
+  // Element i's value from its raw stream word r (gguf_synth.py's exact_chunks, same operations).
+  float value(uint64_t i, uint64_t r) const {
     if (kind == Kind::kRopeFreqs) return static_cast<int64_t>(i) < rope_active ? 1.0f : 1e30f;
-    const double u = uniform_pm1(stream_word(key, i));
+    const double u = uniform_pm1(r);
     if (kind == Kind::kNorm) return static_cast<float>(lo + (u + 1.0) * 0.5 * (hi - lo));
-    return static_cast<float>(u * std * std::sqrt(3.0));
+    return static_cast<float>(u * (std * std::sqrt(3.0)));
   }
   // Word j of block b: from the pool (fast) or the tensor's own stream (exact).
   uint64_t block_word(uint64_t b, uint64_t words_per_block, uint64_t j) const {
@@ -88,34 +90,6 @@ inline void put_half(uint8_t* dst, float v) {
   std::memcpy(dst, &h, 2);
 }
 
-// Round-to-nearest quantisers, the same rules as gguf_synth.py's quant_q8_0 / quant_q4_0.
-void quantize_q8_0_block(const float* x, uint8_t* dst) {
-  float amax = 0.0f;
-  for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[k]));
-  const float d = amax / 127.0f;
-  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-  put_half(dst, d);
-  for (int k = 0; k < 32; ++k) {
-    const float q = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
-    dst[2 + k] = static_cast<uint8_t>(static_cast<int8_t>(q));
-  }
-}
-
-void quantize_q4_0_block(const float* x, uint8_t* dst) {
-  float vmax = 0.0f;  // signed value of the largest magnitude
-  for (int k = 0; k < 32; ++k) {
-    if (std::fabs(x[k]) > std::fabs(vmax)) vmax = x[k];
-  }
-  const float d = vmax / -8.0f;
-  const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-  put_half(dst, d);
-  uint8_t q[32];
-  for (int k = 0; k < 32; ++k) {
-    q[k] = static_cast<uint8_t>(std::min(std::floor(x[k] * inv + 8.5f), 15.0f));
-  }
-  for (int k = 0; k < 16; ++k) dst[2 + k] = static_cast<uint8_t>(q[k] | (q[k + 16] << 4));
-}
-
 // Q6_K scales are drawn from 16..31; the std of d·sc·(code − 32) with uniform codes and scales.
 constexpr int kQ6ScaleLo = 16;
 double q6_k_unit_std() {
@@ -126,40 +100,41 @@ double q6_k_unit_std() {
   return std::sqrt(sc2 * code2);
 }
 
-// One block of the tensor (bytes of its type), block index b.
-void gen_block(const TensorGen& g, uint64_t b, uint8_t* dst) {
-  switch (g.type) {
-    case DType::kF32: {
-      const float v = g.value(b);
-      std::memcpy(dst, &v, 4);
-      return;
+// Blocks [b0, b0 + n) of an exact-fill tensor: the values of those elements from the tensor's
+// stream (jumped to the first), quantised as gguf_synth.py / llama-quantize do.
+void gen_exact_blocks(const TensorGen& g, uint64_t b0, uint64_t n, uint8_t* dst) {
+  const DTypeInfo info = dtype_info(static_cast<uint32_t>(g.type)).value();
+  const uint64_t epb = info.block_elems;
+  Pcg64 r = g.rng;
+  if (g.kind != Kind::kRopeFreqs) r.advance(b0 * epb);
+  std::vector<float> x(epb);
+  for (uint64_t b = b0; b < b0 + n; ++b, dst += info.block_bytes) {
+    for (uint64_t k = 0; k < epb; ++k) {
+      const uint64_t i = b * epb + k;
+      x[k] = g.value(i, g.kind == Kind::kRopeFreqs ? 0 : r.next());
     }
+    quantize_row(g.type, x.data(), dst, static_cast<int64_t>(epb));
+  }
+}
+
+// One block of a fast-fill tensor (random quant bytes with a fixed scale), block index b.
+void gen_fast_block(const TensorGen& g, uint64_t b, uint8_t* dst) {
+  switch (g.type) {
     case DType::kQ4_0:
     case DType::kQ8_0: {
       const bool q4 = g.type == DType::kQ4_0;
-      if (g.fast) {
-        // Random nibbles / int8 with one scale giving the requested std.
-        const double unit = q4 ? std::sqrt((16.0 * 16.0 - 1.0) / 12.0) : std::sqrt((256.0 * 256.0 - 1.0) / 12.0);
-        put_half(dst, static_cast<float>(g.std / unit));
-        const uint64_t words = q4 ? 2 : 4;
-        for (uint64_t j = 0; j < words; ++j) {
-          const uint64_t w = g.block_word(b, words, j);
-          std::memcpy(dst + 2 + 8 * j, &w, 8);
-        }
-        return;
-      }
-      float x[32];
-      for (int k = 0; k < 32; ++k) x[k] = g.value(b * 32 + static_cast<uint64_t>(k));
-      if (q4) {
-        quantize_q4_0_block(x, dst);
-      } else {
-        quantize_q8_0_block(x, dst);
+      // Random nibbles / int8 with one scale giving the requested std.
+      const double unit = q4 ? std::sqrt((16.0 * 16.0 - 1.0) / 12.0) : std::sqrt((256.0 * 256.0 - 1.0) / 12.0);
+      put_half(dst, static_cast<float>(g.std / unit));
+      const uint64_t words = q4 ? 2 : 4;
+      for (uint64_t j = 0; j < words; ++j) {
+        const uint64_t w = g.block_word(b, words, j);
+        std::memcpy(dst + 2 + 8 * j, &w, 8);
       }
       return;
     }
     case DType::kQ6_K: {
-      // Random 6-bit codes (ql[128], qh[64]), scales 16..31, d giving the requested std: gem
-      // has no Q6_K quantiser, and random codes are as good as quantised random values here.
+      // Random 6-bit codes (ql[128], qh[64]), scales 16..31, d giving the requested std.
       BlockQ6_K blk;
       static_assert(sizeof(blk.ql) + sizeof(blk.qh) == 24 * 8);
       uint8_t bits[24 * 8];
@@ -180,29 +155,38 @@ void gen_block(const TensorGen& g, uint64_t b, uint8_t* dst) {
       return;
     }
     default:
-      GEM_CHECK(false, "synth: no generator for dtype %u", static_cast<uint32_t>(g.type));
+      GEM_CHECK(false, "synth: no fast fill for dtype %u", static_cast<uint32_t>(g.type));
   }
+}
+
+void gen_blocks(const TensorGen& g, uint64_t b0, uint64_t n, uint8_t* dst) {
+  if (!g.fast) return gen_exact_blocks(g, b0, n, dst);
+  const uint64_t bb = dtype_info(static_cast<uint32_t>(g.type))->block_bytes;
+  for (uint64_t b = b0; b < b0 + n; ++b, dst += bb) gen_fast_block(g, b, dst);
 }
 
 gguf::GgufWriter::Filler make_filler(TensorGen g) {
   const uint64_t bb = dtype_info(static_cast<uint32_t>(g.type))->block_bytes;
   return [g = std::move(g), bb](uint64_t off, std::span<uint8_t> out) {
-    uint64_t b = off / bb;
-    uint64_t in = off % bb;
+    // Whole blocks straight into `out`; a block cut by either end of the chunk through a copy.
+    const uint64_t first = off / bb, last = (off + out.size() + bb - 1) / bb;  // [first, last)
+    std::vector<uint8_t> tmp(bb);
     size_t pos = 0;
-    uint8_t tmp[256];
-    while (pos < out.size()) {
-      if (in == 0 && out.size() - pos >= bb) {
-        gen_block(g, b, out.data() + pos);
-        pos += bb;
-      } else {  // a block cut by the chunk boundary
-        gen_block(g, b, tmp);
-        const size_t n = std::min<size_t>(bb - in, out.size() - pos);
-        std::memcpy(out.data() + pos, tmp + in, n);
-        pos += n;
-        in = 0;
-      }
-      ++b;
+    uint64_t b = first;
+    if (off % bb != 0 || out.size() < bb) {
+      gen_blocks(g, b, 1, tmp.data());
+      const size_t n = std::min<size_t>(bb - off % bb, out.size());
+      std::memcpy(out.data(), tmp.data() + off % bb, n);
+      pos = n, ++b;
+    }
+    const uint64_t whole = (out.size() - pos) / bb;
+    if (b < last && whole > 0) {
+      gen_blocks(g, b, whole, out.data() + pos);
+      pos += whole * bb, b += whole;
+    }
+    if (pos < out.size()) {
+      gen_blocks(g, b, 1, tmp.data());
+      std::memcpy(out.data() + pos, tmp.data(), out.size() - pos);
     }
   };
 }
@@ -271,6 +255,7 @@ std::vector<std::pair<ManifestEntry, TensorGen>> plan_tensors(const SynthOptions
   for (const ManifestEntry& e : manifest) {
     TensorGen t;
     t.key = stream_key(opt.seed, e.name);
+    t.rng = Pcg64::for_stream(opt.seed, e.name);
     const std::string_view n = e.name;
     switch (e.role) {
       case TensorRole::kEmbedding:
@@ -281,7 +266,7 @@ std::vector<std::pair<ManifestEntry, TensorGen>> plan_tensors(const SynthOptions
       case TensorRole::kMatrix:
         t.type = opt.matrix_type;
         t.kind = Kind::kMatrix;
-        t.std = 1.0 / std::sqrt(static_cast<double>(e.ne[0]));  // 1/sqrt(fan_in)
+        t.std = std::pow(static_cast<double>(e.ne[0]), -0.5);  // fan_in ** -0.5, as gguf_synth.py
         break;
       case TensorRole::kVector: {
         t.type = DType::kF32;
