@@ -525,4 +525,169 @@ Result<SynthSummary> write_synth_model(const SynthOptions& opt, const gguf::Gguf
   return s;
 }
 
+AssistantGeometry assistant_geometry_for(const SynthGeometry& t) {
+  AssistantGeometry a;
+  switch (t.n_embd) {
+    case 64: a.a_embd = 32, a.a_ff = 128; break;    // tiny
+    case 32: a.a_embd = 64, a.a_ff = 128; break;    // tiny6
+    case 256: a.a_embd = 64, a.a_ff = 256; break;   // tiny256, demo
+    default: a.a_embd = 1024, a.a_ff = 8192; break;  // 12B, 31B
+  }
+  return a;
+}
+
+SynthGeometry geometry_of(const Config& c, std::string name) {
+  SynthGeometry g;
+  g.name = std::move(name);
+  g.n_layer = c.n_layers;
+  g.n_embd = c.n_embd;
+  g.n_head = c.n_heads;
+  g.n_head_kv_swa = c.n_kv_heads_sliding;
+  g.head_dim_swa = c.head_dim_sliding;
+  g.n_head_kv_full = c.n_kv_heads_full;
+  g.head_dim_full = c.head_dim_full;
+  g.n_ff = c.n_ff;
+  g.n_swa = c.sliding_window;
+  g.n_ctx = c.context_length;
+  g.n_vocab = c.n_vocab;
+  g.rope_base_full = c.rope_theta_full;
+  g.rope_base_swa = c.rope_theta_sliding;
+  g.rms_eps = c.rms_eps;
+  g.softcap = c.final_logit_softcap;
+  return g;
+}
+
+Result<SynthSummary> write_synth_assistant(const SynthOptions& opt, const AssistantGeometry& a,
+                                           const gguf::GgufFile& vocab, const std::string& path,
+                                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SynthGeometry& g = opt.geometry;
+  if (a.a_embd == g.n_embd) {
+    return errorf("synth: an assistant as wide as its target (%d) is refused by llama.cpp "
+                  "(embedding_length_out must differ from embedding_length)", g.n_embd);
+  }
+  const DType mtype = opt.matrix_type, etype = opt.embd_type;
+  const int rope_active = static_cast<int>(g.head_dim_full * g.partial_rotary_full / 2);
+  auto swa = [&a](int il) { return il != a.a_layer - 1; };
+
+  // Tensors in gguf_synth.py's build_assistant_tensors order.
+  struct Item {
+    std::string name;
+    std::vector<uint64_t> ne;
+    TensorGen gen;
+  };
+  std::vector<Item> items;
+  uint64_t n_params = 0;
+  auto add = [&](std::string name, std::vector<uint64_t> ne, DType type, Kind kind, double std, double lo,
+                 double hi) {
+    TensorGen t;
+    t.type = type;
+    t.kind = kind;
+    t.rng = Pcg64::for_stream(opt.seed, "assistant/" + name);
+    t.key = stream_key(opt.seed, "assistant/" + name);
+    t.std = std, t.lo = lo, t.hi = hi;
+    t.rope_active = rope_active;
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    n_params += n;
+    items.push_back({std::move(name), std::move(ne), std::move(t)});
+  };
+  const auto E = static_cast<uint64_t>(a.a_embd), Et = static_cast<uint64_t>(g.n_embd);
+  const auto V = static_cast<uint64_t>(g.n_vocab), F = static_cast<uint64_t>(a.a_ff);
+  auto inv_sqrt = [](uint64_t n) { return std::pow(static_cast<double>(n), -0.5); };
+  add("token_embd.weight", {E, V}, etype, Kind::kEmbedding, a.a_embd_rms / std::sqrt(static_cast<double>(E)), 0, 0);
+  add("rope_freqs.weight", {static_cast<uint64_t>(g.head_dim_full / 2)}, DType::kF32, Kind::kRopeFreqs, 0, 0, 0);
+  add("output_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, a.a_out_lo, a.a_out_hi);
+  add("nextn.pre_projection.weight", {2 * Et, E}, mtype, Kind::kMatrix,
+      a.a_pre_gain / std::sqrt(static_cast<double>(2 * Et)), 0, 0);
+  add("nextn.post_projection.weight", {E, Et}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+  for (int il = 0; il < a.a_layer; ++il) {
+    const int hd = swa(il) ? g.head_dim_swa : g.head_dim_full;
+    const auto q = static_cast<uint64_t>(g.n_head * hd);
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const double qk = g.qk_gain * std::pow(static_cast<double>(hd), -0.25);
+    add(p + "attn_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, g.norm_lo, g.norm_hi);
+    add(p + "attn_q.weight", {E, q}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+    add(p + "attn_q_norm.weight", {static_cast<uint64_t>(hd)}, DType::kF32, Kind::kNorm, 0, 0.8 * qk, 1.2 * qk);
+    add(p + "attn_output.weight", {q, E}, mtype, Kind::kMatrix, inv_sqrt(q), 0, 0);
+    add(p + "post_attention_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, a.a_post_lo, a.a_post_hi);
+    add(p + "layer_output_scale.weight", {1}, DType::kF32, Kind::kNorm, 0, g.scale_lo, g.scale_hi);
+    add(p + "ffn_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, g.norm_lo, g.norm_hi);
+    add(p + "ffn_gate.weight", {E, F}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+    add(p + "ffn_up.weight", {E, F}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+    add(p + "ffn_down.weight", {F, E}, mtype, Kind::kMatrix, inv_sqrt(F), 0, 0);
+    add(p + "post_ffw_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, a.a_post_lo, a.a_post_hi);
+  }
+  const bool fast = opt.fill == SynthFill::kFast || (opt.fill == SynthFill::kAuto && n_params >= 2000000000ull);
+  std::shared_ptr<const FastPool> pool;
+  if (fast) pool = std::make_shared<FastPool>(opt.seed);
+  for (Item& it : items) {
+    TensorGen& t = it.gen;
+    if (pool && (t.type == DType::kQ4_0 || t.type == DType::kQ8_0)) {
+      t.fast = true;
+      t.pool = pool;
+      t.pool_key = stream_word(t.key, 0);
+      t.pool_start = stream_word(t.key, 1) % kPoolWords;
+    }
+  }
+
+  // Metadata: gguf_synth.py's assistant_items (spec §7.2), then provenance and the tokenizer.
+  gguf::GgufWriter w;
+  const std::string A = "gemma4-assistant";
+  auto u32 = [](int v) { return static_cast<uint32_t>(v); };
+  std::vector<int32_t> kv_heads;
+  std::unique_ptr<bool[]> pattern(new bool[static_cast<size_t>(a.a_layer)]);
+  for (int il = 0; il < a.a_layer; ++il) {
+    pattern[static_cast<size_t>(il)] = swa(il);
+    kv_heads.push_back(swa(il) ? g.n_head_kv_swa : g.n_head_kv_full);
+  }
+  const std::string name = opt.name.empty() ? strprintf("gem-synth-%s-assistant-s%llu", g.name.c_str(),
+                                                        static_cast<unsigned long long>(opt.seed))
+                                            : opt.name;
+  w.add_string("general.architecture", A);
+  w.add_string("general.type", "model");
+  w.add_string("general.name", name);
+  w.add_u32(A + ".block_count", u32(a.a_layer));
+  w.add_u32(A + ".context_length", u32(g.n_ctx));
+  w.add_u32(A + ".embedding_length", u32(a.a_embd));
+  w.add_u32(A + ".embedding_length_out", u32(g.n_embd));
+  w.add_u32(A + ".feed_forward_length", u32(a.a_ff));
+  w.add_u32(A + ".attention.head_count", u32(g.n_head));
+  w.add_i32_array(A + ".attention.head_count_kv", kv_heads);
+  w.add_f32(A + ".rope.freq_base", static_cast<float>(g.rope_base_full));
+  w.add_f32(A + ".rope.freq_base_swa", static_cast<float>(g.rope_base_swa));
+  w.add_f32(A + ".attention.layer_norm_rms_epsilon", static_cast<float>(g.rms_eps));
+  w.add_u32(A + ".attention.key_length", u32(g.head_dim_full));
+  w.add_u32(A + ".attention.value_length", u32(g.head_dim_full));
+  w.add_u32("general.file_type", file_type_of(mtype));
+  w.add_u32(A + ".attention.sliding_window", u32(g.n_swa));
+  w.add_u32(A + ".attention.shared_kv_layers", u32(a.a_layer));
+  w.add_u32(A + ".embedding_length_per_layer_input", 0);
+  w.add_bool_array(A + ".attention.sliding_window_pattern",
+                   std::span<const bool>(pattern.get(), static_cast<size_t>(a.a_layer)));
+  w.add_u32(A + ".attention.key_length_swa", u32(g.head_dim_swa));
+  w.add_u32(A + ".attention.value_length_swa", u32(g.head_dim_swa));
+  w.add_u32(A + ".rope.dimension_count", u32(g.head_dim_full));
+  w.add_u32(A + ".rope.dimension_count_swa", u32(g.head_dim_swa));
+  w.add_u32(A + ".nextn_predict_layers", u32(a.a_layer));
+  w.add_u32("general.quantization_version", 2);
+  w.add_u64("gem.synth.seed", opt.seed);
+  w.add_string("gem.synth.layout", opt.layout);
+  w.add_string("gem.synth.fill", fast ? "fast" : "exact");
+  w.add_string("gem.synth.geometry", geometry_json(g));
+  for (const gguf::KeyValue& kv : vocab.kvs()) {
+    if (kv.key.substr(0, 10) == "tokenizer.") w.add_kv_copy(kv);
+  }
+  for (Item& it : items) w.add_tensor(it.name, it.gen.type, it.ne, make_filler(std::move(it.gen)));
+  GEM_RETURN_IF_ERROR(w.write(path, progress, false));
+
+  SynthSummary s;
+  s.fill = fast ? "fast" : "exact";
+  s.n_tensors = items.size();
+  s.n_params = n_params;
+  s.file_bytes = w.file_size();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
 }  // namespace gem::model
