@@ -13,10 +13,9 @@
 namespace gem::cli {
 
 // The KV-cache storage every command that serves or measures the model uses unless told otherwise:
-// f16, as llama.cpp and llama-server. One default for serve, agent, run, bench and inspect, so a
-// server and the benchmark of the same model at the same depth run the same kernels (issue 28:
-// serve defaulting to f32 while bench used f16 cost the server 25-41 % of its decode speed at
-// depth 29K on the H200, the f32 cache taking twice the bytes and the slower attention path).
+// f16, as llama.cpp and llama-server (half the bytes of f32 and the tensor-core attention path on
+// CUDA). One default for serve, agent, run, bench and inspect, so that a server and the benchmark
+// of the same model at the same depth run the same kernels.
 inline constexpr const char* kDefaultKvType = "f16";
 
 struct BackendFlags {
