@@ -26,6 +26,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "base/log.h"
 #include "base/timer.h"
@@ -292,10 +293,23 @@ void Server::set_engine(std::unique_ptr<runtime::Engine> engine, std::string cha
   ready_.store(true);
 }
 
-bool Server::run() { return http_->listen_after_bind(); }
+bool Server::run() {
+  run_entered_ = true;
+  bool ok = true;
+  if (!stop_requested_) ok = http_->listen_after_bind();
+  run_exited_ = true;
+  return ok;
+}
 
 void Server::stop() {
-  if (http_ && http_->is_running()) http_->stop();
+  stop_requested_ = true;
+  if (!http_) return;
+  // run() may be between its check and the listen loop: wait until it listens (then stop it)
+  // or has returned. A run() not yet entered sees the request and returns at once.
+  while (run_entered_ && !run_exited_ && !http_->is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (http_->is_running()) http_->stop();
 }
 
 SamplingParams Server::default_sampling() const {

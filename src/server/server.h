@@ -93,6 +93,8 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   std::atomic<bool> ready_{false};
+  // run()/stop() handshake: a stop() that comes before run() is listening must still end it.
+  std::atomic<bool> stop_requested_{false}, run_entered_{false}, run_exited_{false};
   std::unique_ptr<runtime::Engine> engine_;
   std::string chat_template_;
   EngineGate gate_;
