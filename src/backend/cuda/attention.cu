@@ -14,33 +14,13 @@
 namespace gem::cuda {
 namespace {
 
-// The decode of full layers on the tensor cores. By default the split form (2) for launches
-// that can see at least GEM_CUDA_ATTN_MMA2_MIN_KEYS (4096) keys and the form where every warp
-// computes the whole S (1) for shorter ones: run 10, one 32,896-position context, the split form
-// (32-key tiles, 2 stages) decoded at depth 32768 296.0 vs 278.0 tok/s on the 12B and 133.4 vs
-// 126.4 on the 31B; at depth 4096 it lost 0.7-5 % until the first K/V copies moved before
-// pdl_wait (GEM_CUDA_ATTN_EARLY_KV), then won (run 11 call 3, depth 4096: 31B 147.1 vs 143.5,
-// 12B 313.2 vs 311.2 with 4096 instead of 16384). GEM_CUDA_ATTN_MMA=1 or 2 forces a form, =0
-// the CUDA-core decode kernel. Read at every launch (a decode graph's capture), like the split
-// form's shape below, so that the kernel tests can run each.
-// GEM_CUDA_ATTN_MMA as 0, 1 or 2; -1 when unset (or not one of those: said once on stderr).
-int forced_mma_form() {
-  const char* e = std::getenv("GEM_CUDA_ATTN_MMA");
-  if (e == nullptr || e[0] == '\0') return -1;
-  if ((e[0] == '0' || e[0] == '1' || e[0] == '2') && e[1] == '\0') return e[0] - '0';
-  static bool said = false;
-  if (!said) {
-    std::fprintf(stderr, "gem: GEM_CUDA_ATTN_MMA=\"%s\" is not 0, 1 or 2; using the default rule\n", e);
-    said = true;
-  }
-  return -1;
+// The tensor-core decode form of a launch (CudaTuning::attn_form, or by its rule: the split
+// form for launches that can see at least attn_split_min_keys keys, else the form where every
+// warp computes the whole S).
+int mma_form(const AttnArgs& a, const CudaTuning& t) {
+  if (t.attn_form >= 0) return t.attn_form;
+  return a.max_keys >= t.attn_split_min_keys ? 2 : 1;
 }
-int mma_form(const AttnArgs& a) {
-  const int forced = forced_mma_form();
-  if (forced >= 0) return forced;
-  return a.max_keys >= env_int("GEM_CUDA_ATTN_MMA2_MIN_KEYS", 4096, 0, 1 << 30) ? 2 : 1;
-}
-bool mma_disabled() { return forced_mma_form() == 0; }
 // The split form reads only K's rotated dims when the caller allows it (AttnArgs::k_shared_w).
 bool shared_kv_on(const AttnArgs& a) { return a.k_shared_w != nullptr; }
 
@@ -158,9 +138,9 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
 // thread (c, sg) owns the 4 elements 4c .. 4c+3 of the chunk (one float4 per split) over the
 // splits sg, sg + n_sg, ... with eight loads in flight, and the n_sg partial sums meet in shared
 // memory. (One thread per element over every split was a chain of ~n_splits/4 dependent loads:
-// tens of µs at 264 splits; one element a thread over n_sg = 4 groups, the form until run 14,
-// kept a quarter of these loads in flight: run 14 call 2, 12B 306.9 vs 309.5 tok/s at depth
-// 32768, 31B 139.7 vs 140.7.) The split weights are computed once per block into shared memory;
+// tens of µs at 264 splits; one element a thread over 4 split groups kept a quarter of these
+// loads in flight and was 0.7-0.8 % slower.) The split weights are computed once per block into
+// shared memory;
 // empty splits are never read.
 constexpr int kMaxSplits = 1024;
 constexpr int kMergeThreads = 256;
@@ -237,15 +217,13 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
 }
 
 // Output elements per merge block: 32 when 64-element chunks would leave a thread more than one
-// round of loads (more than kMergeLoads · 16 splits: the 12B's full layers at 264), else 64 —
-// run 14 call 2: 32 everywhere gave the 12B 314.4 vs 307.9-309.5 tok/s at depth 32768 and 328.8
-// vs 321.9-323.7 at 4096, the 31B (66 full-layer splits) 139.2 vs 140.1-140.7; the whole head
-// when it is narrower (at least 32, so that the q8 copy's blocks stay whole).
-// GEM_CUDA_MERGE_CHUNK=32|64 forces a size; read at every launch so that the kernel tests run
-// both.
-void launch_merge(const AttnArgs& a, int n, cudaStream_t s) {
+// round of loads (more than kMergeLoads · 16 splits: the 12B's full layers at 264), else 64 (32
+// everywhere was 2 % faster on the 12B at depth, 0.5 % slower on the 31B's 66 splits); the whole
+// head when it is narrower (at least 32, so that the q8 copy's blocks stay whole).
+// CudaTuning::merge_chunk = 32 or 64 forces a size.
+void launch_merge(const AttnArgs& a, int n, const CudaTuning& t, cudaStream_t s) {
   const int rule = a.n_splits > kMergeLoads * (kMergeThreads / (64 / 4)) ? 32 : 64;
-  const int want = env_int("GEM_CUDA_MERGE_CHUNK", rule, 32, 64) >= 64 ? 64 : 32;
+  const int want = t.merge_chunk == 32 || t.merge_chunk == 64 ? t.merge_chunk : rule;
   const int dchunk = a.head_dim < want ? a.head_dim : want;
   launch(attention_merge_kernel, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads, 0, s, a);
 }
@@ -316,19 +294,6 @@ __device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int 
   return {kb, min(p + 1, kb + chunk)};
 }
 
-// An empty split (its key range is empty: a short context cut into many splits): the parts
-// say so (l = 0, which the merge skips without reading the rest) and the block exits before it
-// stages its queries (the tensor-core forms load r·D floats of q per block; at depth 0 most of a
-// bucket's splits are empty). Block-uniform: every thread returns. GEM_CUDA_ATTN_SKIP_EMPTY=1
-// (off until run on a GPU; the kernel tests run both).
-__device__ __forceinline__ void write_empty_parts(const AttnArgs& a, int g, int r, int split, int D) {
-  for (int row = threadIdx.x; row < r; row += blockDim.x) {
-    float* part = a.part + (static_cast<int64_t>(g * r + row) * a.n_splits + split) * part_stride(D);
-    part[0] = -INFINITY;
-    part[1] = 0.0f;
-  }
-}
-
 // This decode block's key range [kb, ke) (its split's) and its tiles of kKeys keys. Reads only
 // the step's position (copied from the host before the graph), so it may run before pdl_wait.
 template <int kKeys>
@@ -338,17 +303,6 @@ __device__ __forceinline__ void decode_block_range(const AttnArgs& a, int split,
   kb = range.kb;
   ke = range.ke;
   n_tiles = kb < ke ? (ke - kb + kKeys - 1) / kKeys : 0;
-}
-
-// After pdl_wait: true when the block is done already, an empty split with
-// GEM_CUDA_ATTN_SKIP_EMPTY (parts written).
-__device__ __forceinline__ bool empty_split_done(const AttnArgs& a, int g, int r, int split,
-                                                 int n_tiles) {
-  if (n_tiles == 0 && a.skip_empty) {
-    write_empty_parts(a, g, r, split, a.head_dim);
-    return true;
-  }
-  return false;
 }
 
 // Whether this decode block's key range [kb, ke) holds the token's own position, whose key this
@@ -361,11 +315,11 @@ __device__ __forceinline__ bool holds_token(const AttnArgs& a, int kb, int ke) {
 // when its range does not hold the token's position, so that every key it reads was stored by
 // an earlier step (no kernel of this step writes it) — under PDL the block is resident while the
 // prologue (and the product before it) still run, and its first K/V bytes are in flight then
-// (AttnArgs::early_kv, GEM_CUDA_ATTN_EARLY_KV) —, else right after pdl_wait. The tensor-core
+// (AttnArgs::early_kv) —, else right after pdl_wait. The tensor-core
 // forms stage their queries through the last stage, which stages_begin leaves free, so the
 // queries never share a stage with these tiles.
-// (Measured slower and removed, run 11: the q/k/v prologue inside the decode kernels, which
-// stored the token's K/V from the block holding it, 3-5 % slower decode.)
+// (The q/k/v prologue inside the decode kernels, storing the token's K/V from the block holding
+// it, was 3-5 % slower.)
 // `begin` (the copies) has one call site, so its loops are inlined once per kernel (with two,
 // the CUDA-core kernel's PTX was 1,901 instructions instead of 1,457).
 template <typename Begin>
@@ -404,13 +358,11 @@ __device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
   __syncthreads();
 }
 
-// Measured slower and removed (run 13 call 4, commit 1bf7c0b): the sliding layers' splits as one
-// cluster of 8 or 16 blocks per KV head merging through distributed shared memory, no merge
-// launch: 12B 344.7 / 342.8 vs 351.3 tok/s at depth 0, 279.2 / 292.1 vs 307.8 at depth 32768;
-// fewer, longer blocks lose more than the merge launch costs.
-// Run 12 call 6 found this kernel bound by its ~1,250 instructions per warp at ~10 cycles each,
-// not by bandwidth; it takes the lean form measured in run 13 (12B 2.4-3.6 % faster decode, the
-// 31B unchanged): one ring modulo per tile instead of one per 16-byte copy, the hardware
+// (The sliding layers' splits as one cluster of 8 or 16 blocks per KV head merging through
+// distributed shared memory, no merge launch, were slower: fewer, longer blocks lose more than
+// the merge launch costs.)
+// The kernel is bound by its instructions per warp (~1,200 at ~10 cycles each), not by
+// bandwidth, hence its lean form: one ring modulo per tile instead of one per 16-byte copy, the hardware
 // ex2-based __expf in the softmax (a few instructions instead of expf's dozen; relative error
 // ~2^-21 plus 2 ulp), the queries in float4 loads and the parts in float2 stores.
 template <int D, typename T, int kHPW>
@@ -440,9 +392,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     const int nk = min(kKT, ke - k0);
     // The tile's first slot once; its keys (fewer than the ring's slots) wrap at most once.
     const int slot0 = a.ring ? k0 % a.n_slots : k0;
-    // (Measured within noise and removed, run 14 call 4: this loop with `#pragma unroll 1`, PTX of
-    // the sliding kernel 1,458 -> 934 instructions; 12B 346.8-351.0 vs 348.0-350.6 tok/s at
-    // depth 0, 310.3-314.3 vs 312.9-313.3 at 32768.)
+    // (This loop with `#pragma unroll 1`, PTX of the sliding kernel 1,458 -> 934 instructions,
+    // was within noise.)
     for (int c = threadIdx.x; c < nk * (kRow / 16); c += kDecWarps * 32) {
       const int kk = c / (kRow / 16), off = (c % (kRow / 16)) * 16;
       int slot = slot0 + kk;
@@ -454,7 +405,6 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
     cp_async_commit();
   };
   begin_and_wait(a, kb, ke, [&] { stages_begin<kDecStages>(n_tiles, load_stage); });
-  if (empty_split_done(a, g, r, split, n_tiles)) return;
   float qv[kHPW][kPL], acc[kHPW][kPL], m[kHPW], l[kHPW];
 #pragma unroll
   for (int h = 0; h < kHPW; ++h) {
@@ -808,7 +758,6 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   // Q fragments go through the last stage (free until the first stages_next): from the
   // prologue's q.
   begin_and_wait(a, kb, ke, [&] { stages_begin<kMmaStages>(n_tiles, load_stage); });
-  if (empty_split_done(a, g, r, split, n_tiles)) return;
   __half* q_stage = stage_base + (kMmaStages - 1) * 2 * kMmaKeys * kRowH;
   uint32_t qa[kKS][4];
   mma_q_fragments_staged<D, kKS>(a, g, r, qr, qc, 0, q_stage, qa);
@@ -879,14 +828,14 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   mma_write_parts<D, kNB>(a, g, r, split, qr, qc, m0, m1, l0, l1, acc);
 }
 
-// The split form (GEM_CUDA_ATTN_MMA=2; by default for long key ranges): tiles of kMma2Keys (16 or 32) keys, and
+// The split form (CudaTuning::attn_form 2; by default for long key ranges): tiles of kMma2Keys (16 or 32) keys, and
 // S = Q·Kᵀ split over the warps instead of computed whole by each: warp w computes the 16 × 8
 // block of keys 8·(w % kNBS) .. +8 over the part w / kNBS of D, the parts meet in shared
 // memory, and every warp then runs the same online softmax over the tile's scores and its own
 // D/8 output columns of P·V. Per 32 keys a warp issues 16 + 2·D/64 products where the form
 // above issues 2·(2·D/16 + D/64) (12B full layers: 32 vs 144): at depth the form above is bound
-// by the tensor-core work of its eight identical S products (run 10: 42 µs per 64 MB full layer
-// of the 12B at depth 32768, 1.5 TB/s). Two barriers per tile: "tile landed, previous tile done"
+// by the tensor-core work of its eight identical S products (42 µs per 64 MB full layer of the
+// 12B at depth 32768, 1.5 TB/s). Two barriers per tile: "tile landed, previous tile done"
 // (after which the stage of tile it - 1 is refilled with tile it + kStages - 1) and "S parts
 // written".
 template <int kKeys>
@@ -951,7 +900,6 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   // Q fragments of this warp's part of D through the last stage, as in the form above (the
   // loop's first barrier comes before that stage is refilled).
   begin_and_wait(a, kb, ke, begin);
-  if (empty_split_done(a, g, r, split, n_tiles)) return;
   __half* q_stage = stage_base + (kMma2Stages - 1) * kStageH;
   uint32_t qa[kKSW][4];
   mma_q_fragments_staged<D, kKSW, kShared>(a, g, r, qr, qc, dh * (D / kParts), q_stage, qa);
@@ -1069,12 +1017,12 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   mma_write_parts<D, kNB>(a, g, r, split, qr, qc, m0, m1, l0, l1, acc);
 }
 
-// GEM_CUDA_ATTN_MMA2_SHAPE: keys per tile × stages of the split form: 0 = 16×3 (~100 KB of
-// shared memory), 1 = 16×4, 2 = 32×2 (the default, ~133 KB), 3 = 32×3 (~200 KB). Run 10, depth
-// 32768, 12B / 31B tok/s: 273.1 / 127.3, 292.9 / 131.3, 296.0 / 133.4, 281.6 / 127.0 (2 splits
-// per SM).
-int mma2_shape() { return env_int("GEM_CUDA_ATTN_MMA2_SHAPE", 2, 0, 3); }
-
+// The split form's keys per tile × stages (CudaTuning::attn_split_shape): 0 = 16×3 (~100 KB of
+// shared memory with whole K rows), 1 = 16×4, 2 = 32×2 (~133 KB), 3 = 32×3 (~200 KB). Reading
+// whole K rows, 32×2 was the fastest (depth 32768, 12B / 31B tok/s: 273.1 / 127.3, 292.9 /
+// 131.3, 296.0 / 133.4, 281.6 / 127.0); with the shared K/V rows the 16-key shapes fit two
+// blocks per SM and 16×4 is the fastest (12B 350.1 / 325.0 / 312.7 vs 349.3 / 324.7 / 310.7 at
+// depths 0 / 4096 / 32768; 31B 164.7 / 153.7 / 141.9 vs 164.2 / 152.5 / 141.1).
 template <int D, int kKeys, int kStages, bool kShared>
 void launch2(dim3 grid, const AttnArgs& a, cudaStream_t s) {
   launch(attention_decode_mma2_kernel<D, kKeys, kStages, kShared>, grid, kDecWarps * 32,
@@ -1093,9 +1041,9 @@ void mma2_setup() {
 }
 
 template <int D, bool kShared>
-void launch_mma2(const AttnArgs& a, cudaStream_t s) {
+void launch_mma2(const AttnArgs& a, const CudaTuning& t, cudaStream_t s) {
   const dim3 grid(a.n_kv, a.n_splits);
-  switch (mma2_shape()) {
+  switch (t.attn_split_shape) {
     case 0: launch2<D, 16, 3, kShared>(grid, a, s); break;
     case 1: launch2<D, 16, 4, kShared>(grid, a, s); break;
     case 2: launch2<D, 32, 2, kShared>(grid, a, s); break;
@@ -1104,12 +1052,12 @@ void launch_mma2(const AttnArgs& a, cudaStream_t s) {
 }
 
 template <int D>
-void launch_decode_mma(const AttnArgs& a, cudaStream_t s) {
-  if (mma_form(a) == 2) {
+void launch_decode_mma(const AttnArgs& a, const CudaTuning& t, cudaStream_t s) {
+  if (mma_form(a, t) == 2) {
     if (shared_kv_on(a)) {
-      launch_mma2<D, true>(a, s);
+      launch_mma2<D, true>(a, t, s);
     } else {
-      launch_mma2<D, false>(a, s);
+      launch_mma2<D, false>(a, t, s);
     }
   } else {
     launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,
@@ -1168,19 +1116,16 @@ void attention_setup() {
   mma2_setup<512, true>();
 }
 
-// Groups of 8 or 16 heads fill the tensor-core forms' 16 rows well; GEM_CUDA_ATTN_MMA_SMALL=1
-// also puts groups of 2 and 4 (the sliding layers) on them, rows past r zero (off until
-// measured on the GPU; read at every launch, so the kernel tests run both).
-bool attention_decode_uses_mma(const AttnArgs& a) {
+// Groups of 8 or 16 heads fill the tensor-core forms' 16 rows well. (Groups of 2 and 4, the
+// sliding layers, with the rows past r zero, were no faster.)
+bool attention_decode_uses_mma(const AttnArgs& a, const CudaTuning& t) {
   const int r = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
-  const bool group = r == 8 || r == 16 ||
-                     ((r == 2 || r == 4) && env_flag("GEM_CUDA_ATTN_MMA_SMALL", false));
-  return attention_decode_supported(a) && a.f16 && group &&
-         (a.head_dim == 256 || a.head_dim == 512) && !mma_disabled();
+  return attention_decode_supported(a) && a.f16 && (r == 8 || r == 16) &&
+         (a.head_dim == 256 || a.head_dim == 512) && t.attn_form != 0;
 }
 
-bool attention_decode_shares_kv(const AttnArgs& a) {
-  return attention_decode_uses_mma(a) && mma_form(a) == 2 && shared_kv_on(a);
+bool attention_decode_shares_kv(const AttnArgs& a, const CudaTuning& t) {
+  return attention_decode_uses_mma(a, t) && mma_form(a, t) == 2 && shared_kv_on(a);
 }
 
 bool attention_decode_supported(const AttnArgs& a) {
@@ -1190,23 +1135,22 @@ bool attention_decode_supported(const AttnArgs& a) {
          (r == 1 || r == 2 || r == 4 || r == 8 || r == 16);
 }
 
-void attention(const AttnArgs& args, cudaStream_t s) {
+void attention(const AttnArgs& args, cudaStream_t s, const CudaTuning& t) {
   AttnArgs a = args;
-  a.skip_empty = env_flag("GEM_CUDA_ATTN_SKIP_EMPTY", false);
-  a.early_kv = env_flag("GEM_CUDA_ATTN_EARLY_KV", true);
+  a.early_kv = t.attn_early_kv;
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();
   }
-  if (attention_decode_uses_mma(a)) {
+  if (attention_decode_uses_mma(a, t)) {
     attention_setup();
     if (a.head_dim == 256) {
-      launch_decode_mma<256>(a, s);
+      launch_decode_mma<256>(a, t, s);
     } else {
-      launch_decode_mma<512>(a, s);
+      launch_decode_mma<512>(a, t, s);
     }
     GEM_CUDA_LAUNCHED();
-    launch_merge(a, 1, s);
+    launch_merge(a, 1, t, s);
     GEM_CUDA_LAUNCHED();
     return;
   }
@@ -1219,7 +1163,7 @@ void attention(const AttnArgs& args, cudaStream_t s) {
       default: decode_for<512>(a, s); break;
     }
     GEM_CUDA_LAUNCHED();
-    launch_merge(a, 1, s);
+    launch_merge(a, 1, t, s);
     GEM_CUDA_LAUNCHED();
     return;
   }
@@ -1246,7 +1190,7 @@ void attention(const AttnArgs& args, cudaStream_t s) {
       std::abort();
   }
   GEM_CUDA_LAUNCHED();
-  launch_merge(a, a.n, s);
+  launch_merge(a, a.n, t, s);
   GEM_CUDA_LAUNCHED();
 }
 

@@ -4,7 +4,6 @@
 // soft-capped logits); prompt tiles run the same ops with cuBLAS products on f16 tiles.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
-#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,15 +52,15 @@ struct DevLayer {
   int n_splits_decode = 1;
   // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
   // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
-  // dims, and the long-context decode may read only K's rotated quarter (AttnArgs::k_shared_w;
-  // GEM_CUDA_ATTN_SHARED_KV=1).
+  // dims, and the long-context decode reads only K's rotated quarter (AttnArgs::k_shared_w).
   bool kv_shared = false;
 };
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const model::Model& model, const BackendOptions& options)
-      : model_(model), cfg_(model.config), opt_(options) {}
+  CudaBackend(const model::Model& model, const BackendOptions& options,
+              const cuda::CudaTuning& tuning)
+      : model_(model), cfg_(model.config), opt_(options), tuning_(tuning) {}
   ~CudaBackend() override;
 
   Status init();
@@ -92,21 +91,16 @@ class CudaBackend final : public Backend {
   int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
   int64_t decode_keys(const DevLayer& L) const;
   int decode_bucket(int pos) const;
-  void maybe_start_profiler();
   void head_row(int row);
 
   const model::Model& model_;
   const model::Config& cfg_;
   BackendOptions opt_;
+  const cuda::CudaTuning tuning_;
   int n_past_ = 0;
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  // Timing experiments only (results are wrong): GEM_CUDA_SKIP lists decode kernels to leave
-  // out of the graph (res, q8, prologue, attn, qkv, wo, gated, down), so a step's time with and
-  // without them gives each one's cost in the graph, launch gaps included.
-  unsigned skip_ = 0;  // cuda::DecodeSkip bits
-  bool skip(cuda::DecodeSkip what) const { return (skip_ & what) != 0; }
   std::vector<void*> allocs_;
   uint64_t weight_bytes_ = 0;
 
@@ -143,19 +137,11 @@ class CudaBackend final : public Backend {
   int32_t* hist_dev_ = nullptr;   // [256]
   int32_t* pinned_small_ = nullptr;  // pinned: [0] sampled id, [1..256] history
 
-  // Decode graphs, one per bucket of positions. A graph's attention is cut into splits for the
-  // keys its bucket can hold (decode_splits): bucket k serves positions < bucket_min_·2^k (the
-  // last one, the whole context), so a short conversation in a long context does not pay for
-  // the splits and merges of the full length. GEM_CUDA_DECODE_BUCKETS=0 turns them off (one
-  // graph, splits for the whole context); GEM_CUDA_DECODE_BUCKET_MIN (1024) is the first
-  // bucket's size. Run 10, 12B in a 32,896-position context at depth 0: 335.0 tok/s with
-  // buckets from 1024, 328.7 from 256, 315.8 without (31B 157.4 / 158.0 / 156.5); equal at
-  // depths 4096 and 32768.
+  // Decode graphs, one per bucket of positions (CudaTuning::decode_buckets). A graph's attention
+  // is cut into splits for the keys its bucket can hold (decode_splits): bucket k serves
+  // positions < decode_bucket_min·2^k (the last one, the whole context).
   std::vector<cudaGraphExec_t> decode_graphs_;
-  bool buckets_ = true;
-  int bucket_min_ = 1024;
   int capture_bucket_ = 0;  // the bucket forward_tile is capturing
-  bool profiler_started_ = false;
 
   std::vector<float> logits_host_;  // [rows, V]
   int logits_rows_ = 0;
@@ -280,47 +266,33 @@ constexpr int kGemmAttnMin = 16;
 // in as many sub-tiles as this needs).
 constexpr size_t kScoreBudget = size_t{512} << 20;
 
-// Decode splits over `keys` keys: about GEM_CUDA_SPLITS_PER_SM (2) blocks per SM over the KV
-// heads once there are many, and no split shorter than cuda::kSplitMinKeys (the kernels' rule
-// for a split's keys too).
-int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
-  // Read at every call (a layer's load and each capture), so that the tests can set it.
-  const int per_sm = cuda::env_int("GEM_CUDA_SPLITS_PER_SM", 2, 1, 8);
+// Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are
+// many, and no split shorter than cuda::kSplitMinKeys (the kernels' rule for a split's keys too).
+int decode_splits_for(int64_t keys, int n_kv, int n_sm, int per_sm) {
   const int64_t by_sm = (per_sm * n_sm + n_kv - 1) / n_kv;
   const int64_t by_len = (keys + cuda::kSplitMinKeys - 1) / cuda::kSplitMinKeys;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
 }
 
-// GEM_CUDA_PROFILE_FROM_POS=N (measurement only): cudaProfilerStart() before the first decode
-// step at position >= N, so that a profiler started with --profile-from-start off (ncu, nsys)
-// records the steps at that depth, not a benchmark's warm-up or its depth fill (counting
-// launches to skip them is brittle: run 11 call 2 profiled the warm-up).
-void CudaBackend::maybe_start_profiler() {
-  static const int from = cuda::env_int("GEM_CUDA_PROFILE_FROM_POS", -1, -1, 1 << 30);
-  if (from < 0 || profiler_started_ || n_past_ < from) return;
-  GEM_CUDA_CHECK(cudaProfilerStart());
-  profiler_started_ = true;
-  GEM_LOG_INFO("cuda: profiler started at position %d (GEM_CUDA_PROFILE_FROM_POS)", n_past_);
-}
-
 // The bucket of a token at position pos (it attends to pos + 1 keys).
 int CudaBackend::decode_bucket(int pos) const {
-  if (!buckets_) return 0;
+  if (!tuning_.decode_buckets) return 0;
   int k = 0;
-  while ((static_cast<int64_t>(bucket_min_) << k) < std::min(pos + 1, opt_.n_ctx)) ++k;
+  while ((static_cast<int64_t>(tuning_.decode_bucket_min) << k) < std::min(pos + 1, opt_.n_ctx)) ++k;
   return k;
 }
 
 // The most keys a layer's decode attention can see in the bucket being captured.
 int64_t CudaBackend::decode_keys(const DevLayer& L) const {
-  if (!buckets_) return L.n_slots;
-  return std::min<int64_t>(static_cast<int64_t>(bucket_min_) << capture_bucket_, L.n_slots);
+  if (!tuning_.decode_buckets) return L.n_slots;
+  return std::min<int64_t>(static_cast<int64_t>(tuning_.decode_bucket_min) << capture_bucket_,
+                           L.n_slots);
 }
 
 // The decode splits of a layer in the bucket being captured: those of the keys it can hold.
 int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
-  if (!buckets_) return L.n_splits_decode;
-  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_);
+  if (!tuning_.decode_buckets) return L.n_splits_decode;
+  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_, tuning_.splits_per_sm);
 }
 
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
@@ -337,14 +309,9 @@ int CudaBackend::splits_for(const DevLayer& L, int n) const {
 Status CudaBackend::init() {
   GEM_CUDA_CHECK(cudaSetDevice(0));
   GEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  if (const char* e = std::getenv("GEM_CUDA_SKIP"); e != nullptr && e[0] != '\0') {
-    Result<unsigned> bits = cuda::parse_decode_skip(e);
-    if (!bits.ok()) return bits.status();
-    skip_ = *bits;
-    GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
+  if (tuning_.decode_bucket_min < 32) {
+    return errorf("cuda: decode_bucket_min %d is below 32", tuning_.decode_bucket_min);
   }
-  buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", true);
-  bucket_min_ = cuda::env_int("GEM_CUDA_DECODE_BUCKET_MIN", bucket_min_, 32, 1 << 24);
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   GEM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
@@ -429,7 +396,7 @@ Status CudaBackend::init() {
       return errorf("cuda: out of device memory for the KV cache of layer %d (%zu bytes)", i,
                     2 * kv_bytes);
     }
-    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_);
+    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_, tuning_.splits_per_sm);
     L.kv_shared = p.v_from_k && L.kv_f16 && !L.ring && p.n_rot == D &&
                   p.n_rot_pairs_active <= D / 8;
     max_dim = std::max(max_dim, D);
@@ -534,50 +501,48 @@ void CudaBackend::gemm(const DevMatrix& w, const __half* x16, int n, float* y) {
 void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last) {
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
+  const cuda::CudaTuning& t = tuning_;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
+  cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_, t);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   a.max_keys = decode_keys(L);
-  // Off until measured on the GPU (prepared in session 13 without one; read at every capture).
-  if (L.kv_shared && cuda::env_flag("GEM_CUDA_ATTN_SHARED_KV", false)) a.k_shared_w = L.k_norm;
+  // Reading 5/8 of the full layers' K/V bytes: 31B decode 1.6 % faster at depth 32768, the 12B
+  // within noise (bench/results/cuda.md).
+  if (L.kv_shared) a.k_shared_w = L.k_norm;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
-    if (!skip(cuda::kSkipPrologue)) {
-      cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm,
-                         eps, L.inv_freq, sp, q_, k_, v_, dest, stream_);
-    }
-    if (!skip(cuda::kSkipAttn)) cuda::attention(a, stream_);
+    cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
+                       L.inv_freq, sp, q_, k_, v_, dest, stream_);
+    cuda::attention(a, stream_, t);
   } else {
     a.tile_in_cache = false;
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                        L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
-    cuda::attention(a, stream_);
+    cuda::attention(a, stream_, t);
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
   }
-  if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
-  if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
+  cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_, t);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_, t);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
+    cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_, t);
   } else {
-    cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
-    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
+    cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_, t);
+    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_, t);
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
   }
   // A separate kernel: quantising g inside the gated product measured slower on the H200 both
-  // as the last block of each 32-row group after a fence (run 8, 1 µs per layer) and as blocks
-  // of 32 rows meeting in shared memory (run 12: 12B 1-4 %, 31B 2-5 % slower per token).
-  if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
-  if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
+  // as the last block of each 32-row group after a fence (1 µs per layer) and as blocks of 32
+  // rows meeting in shared memory (12B 1-4 %, 31B 2-5 % slower per token).
+  if (down_q8) cuda::quantize_q8(g_, 1, F, gq_, stream_);
+  cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_, t);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  if (!skip(cuda::kSkipRes)) {
-    cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
-                              stream_);
-  }
+  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
+                            stream_, t);
 }
 
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
@@ -605,12 +570,13 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   } else {
     cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
                      p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
-    cuda::attention(a, stream_);
+    cuda::attention(a, stream_, tuning_);
     store();
     cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
   }
   gemm(L.wo, x16_, n, a_);
-  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_,
+                      tuning_);
   cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
   // gate|up as one product over the two dequantised matrices stacked by rows.
   cuda::dequant_f16(L.gate, 0, L.gate.rows, w16_, stream_);
@@ -622,14 +588,14 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   // The last layer also quantises the final-normed rows: the head reads them (q8).
   cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_,
-                            last ? hq_ : Q8Act{}, stream_);
+                            last ? hq_ : Q8Act{}, stream_, tuning_);
 }
 
 void CudaBackend::head_row(int row) {
   const int E = cfg_.n_embd;
   Q8Act hq{hq_.q + static_cast<int64_t>(row) * E, hq_.ds + static_cast<int64_t>(row) * E / 32};
   cuda::matvec(embd_, h_ + static_cast<int64_t>(row) * E, hq, 1, logits_dev_,
-               cfg_.final_logit_softcap, stream_);
+               cfg_.final_logit_softcap, stream_, tuning_);
 }
 
 // Logs the decode graph's size and how many of its edges are programmatic (PDL) ones.
@@ -653,10 +619,11 @@ void log_graph(cudaGraph_t graph) {
 // Enqueues one tile: token ids and pos0 are already in step_dev_.
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
-  cuda::set_pdl_phase(n == 1);
+  cuda::set_pdl(tuning_.pdl == cuda::PdlMode::kAll ||
+                (tuning_.pdl == cuda::PdlMode::kPrefill && n > 1));
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
-                 stream_);
+                 stream_, tuning_);
   for (int i = 0; i < cfg_.n_layers; ++i) {
     const bool last = i + 1 == cfg_.n_layers;
     if (n == 1) {
@@ -701,14 +668,15 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
         forward_tile(1, true);
         GEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
         log_graph(graph);
-        if (buckets_) {
+        if (tuning_.decode_buckets) {
           GEM_LOG_INFO("cuda: that graph serves positions below %lld (bucket %d)",
-                       std::min<long long>(static_cast<long long>(bucket_min_) << k, opt_.n_ctx), k);
+                       std::min<long long>(static_cast<long long>(tuning_.decode_bucket_min) << k,
+                                           opt_.n_ctx),
+                       k);
         }
         GEM_CUDA_CHECK(cudaGraphInstantiate(&decode_graphs_[k], graph, 0));
         cudaGraphDestroy(graph);
       }
-      maybe_start_profiler();
       GEM_CUDA_CHECK(cudaGraphLaunch(decode_graphs_[k], stream_));
     } else {
       forward_tile(n, last_tile && !all_logits);
@@ -831,39 +799,16 @@ bool cuda_device_available() {
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const model::Model& model,
                                                    const BackendOptions& options) {
+  return make_cuda_backend(model, options, cuda::tuning_from_env());
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const model::Model& model,
+                                                   const BackendOptions& options,
+                                                   const cuda::CudaTuning& tuning) {
   if (!cuda_device_available()) return errorf("cuda: no CUDA device found");
-  auto backend = std::make_unique<CudaBackend>(model, options);
+  auto backend = std::make_unique<CudaBackend>(model, options, tuning);
   GEM_RETURN_IF_ERROR(backend->init());
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace gem
-
-namespace gem::cuda {
-
-Result<unsigned> parse_decode_skip(std::string_view list) {
-  static constexpr std::pair<std::string_view, DecodeSkip> kNames[] = {
-      {"res", kSkipRes},   {"q8", kSkipQ8},   {"prologue", kSkipPrologue}, {"attn", kSkipAttn},
-      {"qkv", kSkipQkv},   {"wo", kSkipWo},   {"gated", kSkipGated},       {"down", kSkipDown}};
-  unsigned bits = 0;
-  for (;;) {
-    const size_t comma = list.find(',');
-    const std::string_view name = list.substr(0, comma);
-    bool known = false;
-    for (const auto& [n, bit] : kNames) {
-      if (name == n) {
-        bits |= bit;
-        known = true;
-      }
-    }
-    if (!known) {
-      return errorf("GEM_CUDA_SKIP: unknown decode kernel \"%.*s\"; expected a comma-separated "
-                    "list of res, q8, prologue, attn, qkv, wo, gated, down",
-                    static_cast<int>(name.size()), name.data());
-    }
-    if (comma == std::string_view::npos) return bits;
-    list.remove_prefix(comma + 1);
-  }
-}
-
-}  // namespace gem::cuda

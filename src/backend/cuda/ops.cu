@@ -142,25 +142,19 @@ __device__ __forceinline__ void row_sums(float (&s)[N], float* red, float* cl) {
 // row (one block per token, blockIdx.x), or with kCluster 1/cluster of it (a cluster of blocks
 // per token: blockIdx.x = rank, blockIdx.y = token; the reductions span the cluster). Every input
 // (a, x and both weights) is loaded into registers up front, so the kernel is one round trip to
-// memory plus two reductions: it runs once or twice per layer in decode and its latency is the
-// step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0 and
+// memory plus one reduction: it runs twice per layer in decode and its latency is the step's.
+// Both norm factors come from that one reduction: with u = a ⊙ w_post and i_a = 1/rms(a), the
+// new row is x' = (x + i_a·u)·scale, so Σx'² = scale²·(Σx² + 2·i_a·Σx·u + i_a²·Σu²); the sums
+// Σa², Σx², Σx·u and Σu² are reduced together and the factors combined in double. The same
+// values up to rounding unless x' nearly cancels x (|x'| ≪ |x|, which a residual update does
+// not do). Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0 and
 // the slice a multiple of 32).
-// Measured slower on the H200 (run 12, commit be393a7): many blocks with one reduction each,
-// the next norm's factor applied by the products from partial sums (12B 3-4 %, 31B 3 % at 256
-// threads a block, 8-11 % at 128), and fewer threads with 16 elements each (12B 4-6 %, 31B 2 %).
-// Run 12 call 6: the one-block form is partly issue-bound on its SM (30 warps, top stall "not
-// selected"), which the cluster form (GEM_CUDA_RES_CLUSTER, 8 by default) spreads over SMs.
-// kOnePass (GEM_CUDA_RES_ONEPASS=1, with both halves): one reduction instead of two in a row.
-// With u = a ⊙ w_post and i_a = 1/rms(a), the new row is x' = (x + i_a·u)·scale, so
-// Σx'² = scale²·(Σx² + 2·i_a·Σx·u + i_a²·Σu²): the sums Σa², Σx², Σx·u and Σu² are reduced
-// together and both norm factors follow from them (combined in double). The same values up to
-// rounding unless x' nearly cancels x (|x'| ≪ |x|, which a residual update does not do).
-template <int kPer, bool kCluster, bool kOnePass>
+template <int kPer, bool kCluster>
 __global__ void residual_kernel(float* x, const float* a,
                                 const float* __restrict__ w_post, const float* out_scale,
                                 const float* __restrict__ w_next, int cols, float eps,
                                 float* __restrict__ h, Q8Act hq) {
-  __shared__ float red[kOnePass ? 4 * 32 : 32];
+  __shared__ float red[4 * 32];
   __shared__ float cl[4];
   pdl_trigger();
   const int t = kCluster ? blockIdx.y : blockIdx.x, lane = threadIdx.x & 31;
@@ -177,7 +171,7 @@ __global__ void residual_kernel(float* x, const float* a,
     wp[k] = a && c < slice ? __ldg(wpo + c) : 0.0f;
     wn[k] = w_next && c < slice ? __ldg(wne + c) : 0.0f;
   }
-  // A weight too: loaded with the others, not after the first reduction.
+  // A weight too: loaded with the others, not after the reduction.
   const float scale = out_scale ? __ldg(out_scale) : 1.0f;
   pdl_wait();
   float av[kPer], xv[kPer];
@@ -187,62 +181,51 @@ __global__ void residual_kernel(float* x, const float* a,
     av[k] = a && c < slice ? a[off + c] : 0.0f;
     xv[k] = c < slice ? x[off + c] : 0.0f;
   }
-  float inv_next = 0.0f;  // the one-pass form's 1/rms of the new row
+  float inv_next = 0.0f;  // 1/rms of the new row
   if (a) {
-    float inv_a;
-    if constexpr (kOnePass) {
-      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // Σa², Σx², Σx·u, Σu²
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // Σa², Σx², Σx·u, Σu²
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const float u = av[k] * wp[k];
-        sums[0] += av[k] * av[k];
-        sums[1] += xv[k] * xv[k];
-        sums[2] += xv[k] * u;
-        sums[3] += u * u;
-      }
-      row_sums<kCluster, 4, true>(sums, red, cl);
-      inv_a = rsqrtf(sums[0] / cols + eps);
-      const double ia = inv_a, sc = scale;
-      const double ss2 = sc * sc * (sums[1] + 2.0 * ia * sums[2] + ia * ia * sums[3]);
-      inv_next = rsqrtf(static_cast<float>(ss2 / cols) + eps);
-    } else {
-      float ss[1] = {0.0f};
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) ss[0] += av[k] * av[k];
-      row_sums<kCluster, 1>(ss, red, cl);
-      inv_a = rsqrtf(ss[0] / cols + eps);
+    for (int k = 0; k < kPer; ++k) {
+      const float u = av[k] * wp[k];
+      sums[0] += av[k] * av[k];
+      sums[1] += xv[k] * xv[k];
+      sums[2] += xv[k] * u;
+      sums[3] += u * u;
     }
+    row_sums<kCluster, 4, true>(sums, red, cl);
+    const float inv_a = rsqrtf(sums[0] / cols + eps);
+    const double ia = inv_a, sc = scale;
+    const double ss2 = sc * sc * (sums[1] + 2.0 * ia * sums[2] + ia * ia * sums[3]);
+    inv_next = rsqrtf(static_cast<float>(ss2 / cols) + eps);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int c = threadIdx.x + k * blockDim.x;
       xv[k] = (xv[k] + av[k] * inv_a * wp[k]) * scale;
       if (c < slice) x[off + c] = xv[k];
     }
+  } else if (w_next) {
+    float ss[1] = {0.0f};
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) ss[0] += xv[k] * xv[k];
+    row_sums<kCluster, 1, true>(ss, red, cl);
+    inv_next = rsqrtf(ss[0] / cols + eps);
   }
   if (w_next) {
-    float inv = inv_next;
-    if (!kOnePass || !a) {
-      float ss2[1] = {0.0f};
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) ss2[0] += xv[k] * xv[k];
-      row_sums<kCluster, 1>(ss2, red, cl + 1);  // its own slot: others may still read cl[0]
-      inv = rsqrtf(ss2[0] / cols + eps);
-    }
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
       if (base < slice) {
         const int c = base + lane;
-        const float v = xv[k] * inv * wn[k];
+        const float v = xv[k] * inv_next * wn[k];
         h[off + c] = v;
         if (hq.q) q8_block_out(v, hq.q + off + base, hq.ds + qoff + base / 32, lane);
       }
     }
   }
-  // No block of the cluster leaves while another may still read its cl (the one-pass form
-  // arrived in row_sums already).
+  // No block of the cluster leaves while another may still read its cl (row_sums arrived at
+  // the barrier after its reads).
   if constexpr (kCluster) {
-    if (kOnePass && a) {
+    if (a || w_next) {
       cooperative_groups::this_cluster().barrier_wait();
     } else {
       cooperative_groups::this_cluster().sync();
@@ -251,19 +234,13 @@ __global__ void residual_kernel(float* x, const float* a,
 }
 
 // Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
-// slice, else 8. A cluster of GEM_CUDA_RES_CLUSTER blocks per row (0: one block; 2, 4, 8; read
-// at every launch, so that the kernel tests run each), each over 1/cluster of it, when the slices
-// are whole q8 blocks (else one block). By default 8 for one row (decode) and one block per row
-// for prompt tiles, whose rows fill the GPU already (clusters there were not measured). Run 13
-// on the H200, with the lean decode attention: clusters of 8 decode the 31B 1.2-1.9 % faster at depths 0 / 4096 / 32768 than one
-// block (159.97 / 150.56 / 138.26 vs 157.7 / 148.8 / 135.7 tok/s), 4 about 1 %; the 12B within
-// its noise (350.7 / 322.0 / 306.8 vs 352.3 / 320.1 / 307.9; 2 was 1-2 % slower).
+// slice, else 8. One-row launches (decode) run as a cluster of `cluster` blocks per row
+// (CudaTuning::res_cluster), each over 1/cluster of it, when the slices are whole q8 blocks;
+// prompt tiles, whose rows fill the GPU already, one block per row.
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
-                     cudaStream_t s) {
-  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", n == 1 ? 8 : 0, {0, 2, 4, 8});
-  if (cluster == 0) cluster = 1;
-  if (cols % (32 * cluster) != 0) cluster = 1;
+                     int cluster, cudaStream_t s) {
+  if (n != 1 || cluster < 1 || cols % (32 * cluster) != 0) cluster = 1;
   const int slice = cols / cluster;
   const int per = slice <= 4096 ? 4 : 8;
   const int threads = ((slice + per - 1) / per + 31) / 32 * 32;
@@ -275,22 +252,12 @@ void launch_residual(float* x, const float* a, const float* w_post, const float*
     launch_clustered(kernel, grid, threads, 0, s, static_cast<unsigned>(cluster), x, a, w_post,
                      out_scale, w_next, cols, eps, h, hq);
   };
-  // One reduction for both norms (residual_kernel's kOnePass): off until measured on the GPU
-  // (prepared in session 13 without one); read at every launch, so that the tests run both.
-  const bool one_pass = a != nullptr && w_next != nullptr && env_flag("GEM_CUDA_RES_ONEPASS", false);
-  auto pick = [&](auto per_c, auto cluster_c, dim3 grid) {
-    constexpr int kPer = decltype(per_c)::value;
-    constexpr bool kCl = decltype(cluster_c)::value;
-    one_pass ? go(residual_kernel<kPer, kCl, true>, grid) : go(residual_kernel<kPer, kCl, false>, grid);
-  };
-  using P4 = std::integral_constant<int, 4>;
-  using P8 = std::integral_constant<int, 8>;
   if (cluster > 1) {
     const dim3 grid(static_cast<unsigned>(cluster), static_cast<unsigned>(n));
-    per == 4 ? pick(P4{}, std::true_type{}, grid) : pick(P8{}, std::true_type{}, grid);
+    per == 4 ? go(residual_kernel<4, true>, grid) : go(residual_kernel<8, true>, grid);
   } else {
     const dim3 grid(static_cast<unsigned>(n));
-    per == 4 ? pick(P4{}, std::false_type{}, grid) : pick(P8{}, std::false_type{}, grid);
+    per == 4 ? go(residual_kernel<4, false>, grid) : go(residual_kernel<8, false>, grid);
   }
 }
 
@@ -436,84 +403,11 @@ int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 1
 }  // namespace
 
 namespace {
-// Whether a bad value of this knob has been reported already: knobs read at every launch say
-// so once per name and value, not once per launch.
-bool first_report(const char* name, const char* value) {
-  static std::mutex mu;
-  static std::set<std::string> said;
-  const std::lock_guard<std::mutex> lock(mu);
-  return said.insert(std::string(name) + "=" + value).second;
-}
+thread_local bool pdl_on = true;
 }  // namespace
 
-// 1/true/on/yes or 0/false/off/no; anything else is reported (once) and the fallback used, so a
-// knob set to "false" is not read as on.
-bool env_flag(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || e[0] == '\0') return fallback;
-  const std::string v(e);
-  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
-  if (first_report(name, e)) {
-    std::fprintf(stderr, "gem: %s=\"%s\" is not 0/1 (or false/true, off/on, no/yes); using %d\n",
-                 name, e, fallback ? 1 : 0);
-  }
-  return fallback;
-}
-
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || e[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (*end != '\0' || v < lo || v > hi) {
-    if (first_report(name, e)) {
-      std::fprintf(stderr, "gem: %s=\"%s\" is not an integer in [%d, %d]; using %d\n", name, e,
-                   lo, hi, fallback);
-    }
-    return fallback;
-  }
-  return static_cast<int>(v);
-}
-
-int env_pick(const char* name, int fallback, std::initializer_list<int> allowed) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || e[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (*end == '\0' && (v == fallback || std::find(allowed.begin(), allowed.end(), v) != allowed.end())) {
-    return static_cast<int>(v);
-  }
-  if (first_report(name, e)) {
-    std::string list;
-    for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
-    std::fprintf(stderr, "gem: %s=\"%s\" is not one of %s; using %d\n", name, e, list.c_str(),
-                 fallback);
-  }
-  return fallback;
-}
-
-namespace {
-// 0: off, 1: every launch (the default), 2: multi-token tiles only.
-int pdl_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("GEM_CUDA_PDL");
-    if (e == nullptr || e[0] == '\0' || std::strcmp(e, "1") == 0) return 1;
-    if (std::strcmp(e, "0") == 0) return 0;
-    if (std::strcmp(e, "prefill") == 0) return 2;
-    std::fprintf(stderr, "gem: GEM_CUDA_PDL=\"%s\" is not 0, 1 or prefill; using 1\n", e);
-    return 1;
-  }();
-  return mode;
-}
-thread_local bool pdl_decode_phase = false;
-}  // namespace
-
-bool pdl_enabled() {
-  const int mode = pdl_mode();
-  return mode == 1 || (mode == 2 && !pdl_decode_phase);
-}
-void set_pdl_phase(bool decode) { pdl_decode_phase = decode; }
+bool pdl_enabled() { return pdl_on; }
+void set_pdl(bool on) { pdl_on = on; }
 
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
            cudaStream_t s) {
@@ -522,9 +416,10 @@ void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, floa
 }
 
 void rms_norm(const float* x, const float* w, int n, int cols, float eps, float* y, Q8Act yq,
-              cudaStream_t s) {
+              cudaStream_t s, const CudaTuning& t) {
   if (w && cols % 32 == 0 && cols <= 8192) {
-    launch_residual(const_cast<float*>(x), nullptr, nullptr, nullptr, w, n, cols, eps, y, yq, s);
+    launch_residual(const_cast<float*>(x), nullptr, nullptr, nullptr, w, n, cols, eps, y, yq,
+                    t.res_cluster, s);
   } else {
     launch(rms_norm_kernel, n, row_threads(cols), 0, s, x, w, cols, eps, y, yq);
   }
@@ -532,15 +427,16 @@ void rms_norm(const float* x, const float* w, int n, int cols, float eps, float*
 }
 
 void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
-                   int cols, float eps, float* h, Q8Act hq, cudaStream_t s) {
-  launch_residual(x, a, w_post, nullptr, w_next, n, cols, eps, h, hq, s);
+                   int cols, float eps, float* h, Q8Act hq, cudaStream_t s,
+                   const CudaTuning& t) {
+  launch_residual(x, a, w_post, nullptr, w_next, n, cols, eps, h, hq, t.res_cluster, s);
   GEM_CUDA_LAUNCHED();
 }
 
 void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
-                         cudaStream_t s) {
-  launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, s);
+                         cudaStream_t s, const CudaTuning& t) {
+  launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, t.res_cluster, s);
   GEM_CUDA_LAUNCHED();
 }
 
