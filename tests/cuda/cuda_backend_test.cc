@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "common/test_util.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "sampler/sampler.h"
 
 namespace gem {
@@ -266,6 +267,48 @@ TEST(CudaBackend, CheckpointRestoreIsExact) {
   ASSERT_TRUE(p.gpu->eval(std::span(prompt).first(60), false).ok());
   ASSERT_TRUE(p.gpu->eval(other, false).ok());
   expect_rows_close(p.gpu->logits(), got, "fresh vs restored", 1e-5, 0.0);
+}
+
+// A checkpoint whose journal cannot be allocated (forced by the tuning's test hook) loses the
+// cache, not correctness: restore() empties it, and an engine over that backend serves every
+// request, the second one starting cold with the same tokens as the first.
+TEST(CudaBackend, CheckpointAllocationFailureDropsTheCache) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  cuda::CudaTuning t;
+  t.fail_checkpoint_alloc = true;
+  Pair p = make_pair(path, model::KvType::kF32, 512, 16, false, t);
+  ASSERT_TRUE(p.gpu);
+  const auto prompt = prompt_tokens("long");
+  ASSERT_TRUE(p.gpu->eval(std::span(prompt).first(60), false).ok());
+  p.gpu->checkpoint();
+  ASSERT_TRUE(p.gpu->eval(std::span(prompt).subspan(60, 40), false).ok());
+  p.gpu->restore();
+  EXPECT_EQ(p.gpu->n_past(), 0);
+
+  runtime::Engine engine(std::move(p.gpu));
+  runtime::GenerateRequest req;
+  req.prompt.assign(prompt.begin(), prompt.begin() + 60);
+  req.n_history = 50;
+  req.max_tokens = 8;
+  req.stop_at_eog = false;
+  req.sampling.temperature = 0.0f;
+  std::vector<int32_t> out[2];
+  for (int i = 0; i < 2; ++i) {
+    runtime::GenerateCallbacks cb;
+    cb.on_token = [&out, i](int32_t tok) {
+      out[i].push_back(tok);
+      return true;
+    };
+    auto r = engine.generate(req, cb);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->n_generated, 8);
+    EXPECT_EQ(r->n_cached, 0) << "request " << i;
+    EXPECT_TRUE(engine.cached_tokens().empty());
+    EXPECT_EQ(engine.backend().n_past(), 0);
+  }
+  EXPECT_EQ(out[0], out[1]);
 }
 
 TEST(CudaBackend, CancelStopsAtATileAndErrorsOnOverflow) {

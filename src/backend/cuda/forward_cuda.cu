@@ -73,7 +73,10 @@ class CudaBackend final : public Backend {
   std::span<const float> logits(int row) override;
   void checkpoint() override;
   void restore() override;
-  void reset() override { n_past_ = 0; }
+  void reset() override {
+    n_past_ = 0;
+    ckpt_lost_ = false;
+  }
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
 
@@ -150,6 +153,7 @@ class CudaBackend final : public Backend {
   // Checkpoint: copies of every ring layer's K/V at the checkpoint.
   std::vector<std::pair<void*, void*>> ring_saved_;
   int ckpt_n_past_ = -1;
+  bool ckpt_lost_ = false;  // the last checkpoint's journal could not be allocated
 };
 
 CudaBackend::~CudaBackend() {
@@ -751,8 +755,12 @@ std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
   return pinned_small_[0];
 }
 
+// Allocation failures of the journal lose the cache, never correctness: the checkpoint is
+// dropped, and restore() then empties the cache (the next request starts cold) instead of
+// leaving rings that no longer match n_past().
 void CudaBackend::checkpoint() {
   ckpt_n_past_ = n_past_;
+  ckpt_lost_ = false;
   if (ring_saved_.empty()) {
     ring_saved_.assign(layers_.size(), {nullptr, nullptr});
   }
@@ -762,13 +770,21 @@ void CudaBackend::checkpoint() {
     const model::LayerPlan& p = model_.plan[i];
     const size_t bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * p.head_dim * (L.kv_f16 ? 2 : 4);
     auto& [k, v] = ring_saved_[i];
-    if (!k) {
-      if (cudaMalloc(&k, bytes) != cudaSuccess || cudaMalloc(&v, bytes) != cudaSuccess) {
-        // No room for the journal: a later restore() cannot be exact, so forget the checkpoint.
-        GEM_LOG_WARN("cuda: no device memory for the checkpoint journal; restore() disabled");
-        ckpt_n_past_ = -1;
-        return;
+    if (!k && !tuning_.fail_checkpoint_alloc) {
+      if (cudaMalloc(&k, bytes) != cudaSuccess) k = nullptr;
+      if (k && cudaMalloc(&v, bytes) != cudaSuccess) {
+        cudaFree(k);
+        k = nullptr;
+        v = nullptr;
       }
+      cudaGetLastError();  // a failed cudaMalloc is not a launch error for the next check
+    }
+    if (!k) {
+      GEM_LOG_WARN("cuda: no device memory for the checkpoint journal; the cache will be dropped "
+                   "at the next restore");
+      ckpt_n_past_ = -1;
+      ckpt_lost_ = true;
+      return;
     }
     GEM_CUDA_CHECK(cudaMemcpyAsync(k, L.k_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
     GEM_CUDA_CHECK(cudaMemcpyAsync(v, L.v_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -777,6 +793,11 @@ void CudaBackend::checkpoint() {
 }
 
 void CudaBackend::restore() {
+  if (ckpt_lost_) {
+    n_past_ = 0;
+    ckpt_lost_ = false;
+    return;
+  }
   if (ckpt_n_past_ < 0) return;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DevLayer& L = layers_[i];

@@ -75,6 +75,7 @@ std::string describe(const CudaTuning& t) {
   line("merge_chunk", t.merge_chunk);
   line("decode_buckets", t.decode_buckets);
   line("decode_bucket_min", t.decode_bucket_min);
+  line("fail_checkpoint_alloc", t.fail_checkpoint_alloc);
   return s;
 }
 

@@ -59,6 +59,10 @@ struct CudaTuning {
   // 335.0 tok/s with buckets from 1024, 328.7 from 256, 315.8 without).
   bool decode_buckets = true;
   int decode_bucket_min = 1024;
+
+  // ---- test hooks ----
+  // checkpoint() behaves as if its device allocation failed.
+  bool fail_checkpoint_alloc = false;
 };
 
 // The record every launcher uses when the caller passes none.
