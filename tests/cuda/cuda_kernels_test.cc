@@ -19,8 +19,15 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops_ref.h"
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/ops.cuh"
+#include "backend/cuda/sample.cuh"
+#include "backend/cuda/tuning.h"
 #include "base/dtype.h"
 #include "sampler/sampler.h"
 

@@ -107,7 +107,7 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 // Quantises one 32-value block held one value per lane (the whole warp calls it): the q8 form
-// of kernels.cuh's Q8Act, q = round-to-nearest-even(v·(127/max|v|)) — the CPU reference's
+// of types.cuh's Q8Act, q = round-to-nearest-even(v·(127/max|v|)) — the CPU reference's
 // formula (backend/cpu/matmul.cc), so both sides give the same q for the same v — with
 // s = max|v|/127 (as max|v|·(1/127): one division per lane, not two), ds = (s, s·Σq).
 // The max and the sum are single warp reductions (redux.sync) rather than shuffle trees: for

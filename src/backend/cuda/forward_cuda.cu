@@ -1,6 +1,5 @@
-// The CUDA backend: weights uploaded once (Q4_0/Q8_0 repacked to the split layout), the KV
-// cache and every scratch buffer allocated at creation, and forward_tile() running the layers in
-// order on one stream. A one-token eval replays a CUDA graph of the whole step (embedding to
+// The CUDA backend: the KV cache and every scratch buffer allocated at creation (after the
+// weights, upload.cu), and forward_tile() running the layers in order on one stream. A one-token eval replays a CUDA graph of the whole step (embedding to
 // soft-capped logits); prompt tiles run the same ops with cuBLAS products on f16 tiles.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -16,145 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/ops.cuh"
+#include "backend/cuda/sample.cuh"
 #include "base/log.h"
 #include "base/timer.h"
 #include "sampler/sampler.h"
 
-namespace gem {
-namespace {
-
-using cuda::DevMatrix;
-using cuda::Q8Act;
-using cuda::WType;
-
-struct DevLayer {
-  DevMatrix qkv;   // [q | k | v] rows concatenated (v absent on full layers: V is raw K)
-  DevMatrix wo;    // [n_embd, n_heads·D]
-  DevMatrix gate;  // [n_ff, n_embd]
-  DevMatrix up;    // [n_ff, n_embd]
-  DevMatrix down;  // [n_embd, n_ff]
-  const float* attn_norm = nullptr;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  const float* post_attn_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  const float* post_ffw_norm = nullptr;
-  const float* out_scale = nullptr;
-  const double* inv_freq = nullptr;  // [D/2]
-  void* k_cache = nullptr;           // [n_kv, n_slots, D] f32 or f16
-  void* v_cache = nullptr;
-  bool kv_f16 = false;
-  bool ring = false;
-  int n_slots = 0;
-  int n_splits_decode = 1;
-  // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
-  // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
-  // dims, and the long-context decode reads only K's rotated quarter (AttnArgs::k_shared_w).
-  bool kv_shared = false;
-};
-
-class CudaBackend final : public Backend {
- public:
-  CudaBackend(const model::Model& model, const BackendOptions& options,
-              const cuda::CudaTuning& tuning)
-      : model_(model), cfg_(model.config), opt_(options), tuning_(tuning) {}
-  ~CudaBackend() override;
-
-  Status init();
-
-  std::string_view name() const override { return "cuda"; }
-  const BackendOptions& options() const override { return opt_; }
-  int n_past() const override { return n_past_; }
-  Status eval(std::span<const int32_t> tokens, bool all_logits,
-              const TileCallback& on_tile) override;
-  std::span<const float> logits(int row) override;
-  void checkpoint() override;
-  void restore() override;
-  void reset() override {
-    n_past_ = 0;
-    ckpt_lost_ = false;
-  }
-  std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
-                                double coin) override;
-
- private:
-  void* dev_alloc(size_t bytes);
-  Status upload_matrix(std::span<const model::TensorView* const> parts, DevMatrix* out);
-  Status upload_f32(const model::TensorView& t, const float** out);
-  void forward_tile(int n, bool want_head);
-  void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
-  void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
-  void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
-  void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
-                 float* y);
-  int splits_for(const DevLayer& L, int n) const;
-  int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
-  int64_t decode_keys(const DevLayer& L) const;
-  int decode_bucket(int pos) const;
-  void head_row(int row);
-
-  const model::Model& model_;
-  const model::Config& cfg_;
-  BackendOptions opt_;
-  const cuda::CudaTuning tuning_;
-  int n_past_ = 0;
-
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  std::vector<void*> allocs_;
-  uint64_t weight_bytes_ = 0;
-
-  DevMatrix embd_;
-  const float* output_norm_ = nullptr;
-  std::vector<DevLayer> layers_;
-
-  // Scratch, sized for opt_.n_tile tokens (T).
-  int T_ = 0;
-  int32_t* step_dev_ = nullptr;  // [1 + T]: StepParams{pos0}, then the tile's token ids
-  int32_t* step_host_ = nullptr;  // pinned mirror
-  float* x_ = nullptr;            // [T, E] residual stream
-  float* h_ = nullptr;            // [T, E] normed input of the next product
-  Q8Act hq_;                      // q8 of h_
-  float* a_ = nullptr;            // [T, E] output of attn_output / ffn_down
-  float* qkv_ = nullptr;          // [T, qkv_max]
-  float* q_ = nullptr;            // [T, H·Dmax]
-  float* k_ = nullptr;            // [T, Gmax·Dmax]
-  float* v_ = nullptr;
-  float* att_ = nullptr;          // [T, H·Dmax]
-  Q8Act attq_;
-  float* gu_ = nullptr;           // [T, 2F]
-  float* g_ = nullptr;            // [T, F]
-  Q8Act gq_;
-  float* part_ = nullptr;
-  void* prefill_scratch_ = nullptr;  // attention_prefill's (tiles of kGemmAttnMin tokens or more)
-  size_t prefill_scratch_bytes_ = 0;
-  int n_sm_ = 132;
-  __half* x16_ = nullptr;         // [T, max cols]
-  __half* w16_ = nullptr;         // [max rows·cols] dequantised weights for cuBLAS
-  float* logits_dev_ = nullptr;   // [V]
-  float* sample_scratch_ = nullptr;
-  int32_t* sample_out_dev_ = nullptr;
-  int32_t* hist_dev_ = nullptr;   // [256]
-  int32_t* pinned_small_ = nullptr;  // pinned: [0] sampled id, [1..256] history
-
-  // Decode graphs, one per bucket of positions (CudaTuning::decode_buckets). A graph's attention
-  // is cut into splits for the keys its bucket can hold (decode_splits): bucket k serves
-  // positions < decode_bucket_min·2^k (the last one, the whole context).
-  std::vector<cudaGraphExec_t> decode_graphs_;
-  int capture_bucket_ = 0;  // the bucket forward_tile is capturing
-
-  std::vector<float> logits_host_;  // [rows, V]
-  int logits_rows_ = 0;
-  bool logits_pending_ = false;     // last row still only on the device
-
-  // Checkpoint: copies of every ring layer's K/V at the checkpoint.
-  std::vector<std::pair<void*, void*>> ring_saved_;
-  int ckpt_n_past_ = -1;
-  bool ckpt_lost_ = false;  // the last checkpoint's journal could not be allocated
-};
+namespace gem::cuda {
 
 CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : decode_graphs_) {
@@ -178,90 +53,7 @@ void* CudaBackend::dev_alloc(size_t bytes) {
   return p;
 }
 
-WType wtype_of(DType t, bool* ok) {
-  *ok = true;
-  switch (t) {
-    case DType::kF32: return WType::kF32;
-    case DType::kQ4_0: return WType::kQ4_0;
-    case DType::kQ8_0: return WType::kQ8_0;
-    case DType::kQ6_K: return WType::kQ6_K;
-    default: *ok = false; return WType::kF32;
-  }
-}
-
-// Uploads the row-concatenation of `parts` (same type and cols). Q4_0/Q8_0 go through a raw
-// staging copy and the repack kernel; F32/Q6_K rows are copied as they are.
-Status CudaBackend::upload_matrix(std::span<const model::TensorView* const> parts,
-                                  DevMatrix* out) {
-  const model::TensorView& first = *parts[0];
-  bool ok = false;
-  out->type = wtype_of(first.type, &ok);
-  if (!ok) {
-    return errorf("cuda: tensor %.*s has type %.*s; expected F32, Q4_0, Q8_0 or Q6_K",
-                  static_cast<int>(first.name.size()), first.name.data(),
-                  static_cast<int>(dtype_name(first.type).size()), dtype_name(first.type).data());
-  }
-  out->cols = first.cols;
-  out->rows = 0;
-  uint64_t raw_bytes = 0;
-  for (const model::TensorView* t : parts) {
-    if (t->type != first.type || t->cols != first.cols) {
-      return errorf("cuda: tensors %.*s and %.*s cannot be fused (type or width differs)",
-                    static_cast<int>(first.name.size()), first.name.data(),
-                    static_cast<int>(t->name.size()), t->name.data());
-    }
-    out->rows += t->rows;
-    raw_bytes += t->n_bytes;
-  }
-  const bool split = out->type == WType::kQ4_0 || out->type == WType::kQ8_0;
-  const bool q8 = out->type == WType::kQ8_0;
-  const int64_t nb = out->cols / 32;
-  if (split) {
-    out->qs = static_cast<uint8_t*>(dev_alloc(out->rows * nb * (q8 ? 32 : 16)));
-    out->d = static_cast<__half*>(dev_alloc(out->rows * nb * sizeof(__half)));
-    if (!out->qs || !out->d) return errorf("cuda: out of device memory uploading %.*s",
-                                           static_cast<int>(first.name.size()), first.name.data());
-    uint8_t* staging = nullptr;
-    uint64_t max_part = 0;
-    for (const model::TensorView* t : parts) max_part = std::max(max_part, t->n_bytes);
-    if (cudaMalloc(&staging, max_part) != cudaSuccess) {
-      return errorf("cuda: out of device memory staging %.*s", static_cast<int>(first.name.size()),
-                    first.name.data());
-    }
-    int64_t row0 = 0;
-    for (const model::TensorView* t : parts) {
-      GEM_CUDA_CHECK(cudaMemcpyAsync(staging, t->data, t->n_bytes, cudaMemcpyHostToDevice, stream_));
-      cuda::repack_blocks(staging, t->rows * nb, q8, out->qs + row0 * nb * (q8 ? 32 : 16),
-                          out->d + row0 * nb, stream_);
-      row0 += t->rows;
-    }
-    GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaFree(staging);
-  } else {
-    out->raw = static_cast<uint8_t*>(dev_alloc(raw_bytes));
-    if (!out->raw) return errorf("cuda: out of device memory uploading %.*s",
-                                 static_cast<int>(first.name.size()), first.name.data());
-    uint64_t off = 0;
-    for (const model::TensorView* t : parts) {
-      GEM_CUDA_CHECK(cudaMemcpy(out->raw + off, t->data, t->n_bytes, cudaMemcpyHostToDevice));
-      off += t->n_bytes;
-    }
-  }
-  weight_bytes_ += raw_bytes;
-  return ok_status();
-}
-
-Status CudaBackend::upload_f32(const model::TensorView& t, const float** out) {
-  if (t.type != DType::kF32) {
-    return errorf("cuda: tensor %.*s must be F32", static_cast<int>(t.name.size()), t.name.data());
-  }
-  void* p = dev_alloc(t.n_bytes);
-  if (!p) return errorf("cuda: out of device memory");
-  GEM_CUDA_CHECK(cudaMemcpy(p, t.data, t.n_bytes, cudaMemcpyHostToDevice));
-  *out = static_cast<const float*>(p);
-  weight_bytes_ += t.n_bytes;
-  return ok_status();
-}
+namespace {
 
 // Prompt tiles of at least this many tokens take the tensor-core attention (attention_prefill);
 // shorter ones (speculative verification, a prompt's tail) the split kernel.
@@ -269,6 +61,8 @@ constexpr int kGemmAttnMin = 16;
 // The f32 scores and probabilities of one prefill attention call, at most (query rows are done
 // in as many sub-tiles as this needs).
 constexpr size_t kScoreBudget = size_t{512} << 20;
+
+}  // namespace
 
 // Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are
 // many, and no split shorter than cuda::kSplitMinKeys (the kernels' rule for a split's keys too).
@@ -327,68 +121,17 @@ Status CudaBackend::init() {
   }
   T_ = std::min(opt_.n_tile, opt_.n_ctx);
   const int E = cfg_.n_embd, H = cfg_.n_heads, F = cfg_.n_ff, V = cfg_.n_vocab;
-  const model::Weights& w = model_.weights;
   Timer timer;
 
-  // ---- weights ----
-  uint64_t total = w.token_embd.n_bytes;
-  for (const model::LayerWeights& lw : w.layers) {
-    total += lw.attn_q.n_bytes + lw.attn_k.n_bytes + lw.attn_v.n_bytes + lw.attn_output.n_bytes +
-             lw.ffn_gate.n_bytes + lw.ffn_up.n_bytes + lw.ffn_down.n_bytes;
-  }
-  GEM_LOG_INFO("cuda: uploading %.2f GB of weights", static_cast<double>(total) / 1e9);
-  {
-    const model::TensorView* parts[] = {&w.token_embd};
-    GEM_RETURN_IF_ERROR(upload_matrix(parts, &embd_));
-  }
-  GEM_RETURN_IF_ERROR(upload_f32(w.output_norm, &output_norm_));
+  GEM_RETURN_IF_ERROR(upload_weights());
+
+  // ---- KV cache ----
   int max_dim = 0, max_kv = 0, qkv_max = 0;
   size_t w16_max = static_cast<size_t>(2) * F * E;
-  layers_.resize(cfg_.n_layers);
-  int last_pct = 0;
   for (int i = 0; i < cfg_.n_layers; ++i) {
     const model::LayerPlan& p = model_.plan[i];
-    const model::LayerWeights& lw = w.layers[i];
     DevLayer& L = layers_[i];
-    std::vector<const model::TensorView*> qkv = {&lw.attn_q, &lw.attn_k};
-    if (!p.v_from_k) qkv.push_back(&lw.attn_v);
-    GEM_RETURN_IF_ERROR(upload_matrix(qkv, &L.qkv));
-    const model::TensorView* wo[] = {&lw.attn_output};
-    GEM_RETURN_IF_ERROR(upload_matrix(wo, &L.wo));
-    const model::TensorView* gate[] = {&lw.ffn_gate};
-    GEM_RETURN_IF_ERROR(upload_matrix(gate, &L.gate));
-    const model::TensorView* up[] = {&lw.ffn_up};
-    GEM_RETURN_IF_ERROR(upload_matrix(up, &L.up));
-    const model::TensorView* down[] = {&lw.ffn_down};
-    GEM_RETURN_IF_ERROR(upload_matrix(down, &L.down));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.attn_norm, &L.attn_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.attn_q_norm, &L.q_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.attn_k_norm, &L.k_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.post_attention_norm, &L.post_attn_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.ffn_norm, &L.ffn_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.post_ffw_norm, &L.post_ffw_norm));
-    if (lw.layer_output_scale.present()) {
-      GEM_RETURN_IF_ERROR(upload_f32(lw.layer_output_scale, &L.out_scale));
-    } else {
-      float one = 1.0f;
-      void* d = dev_alloc(sizeof(float));
-      GEM_CUDA_CHECK(cudaMemcpy(d, &one, sizeof(float), cudaMemcpyHostToDevice));
-      L.out_scale = static_cast<const float*>(d);
-    }
-    // RoPE inverse frequencies in f64, freq factors (rope_freqs) folded in on full layers.
     const int D = p.head_dim;
-    std::vector<double> inv(D / 2);
-    const float* ff = (p.kind == model::AttnKind::kFull && w.rope_freqs.present())
-                          ? w.rope_freqs.f32()
-                          : nullptr;
-    for (int k = 0; k < D / 2; ++k) {
-      inv[k] = std::pow(static_cast<double>(p.rope_theta), -2.0 * k / D) /
-               (ff ? static_cast<double>(ff[k]) : 1.0);
-    }
-    void* dinv = dev_alloc(inv.size() * sizeof(double));
-    GEM_CUDA_CHECK(cudaMemcpy(dinv, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
-    L.inv_freq = static_cast<const double*>(dinv);
-    // KV cache.
     L.ring = p.kind == model::AttnKind::kSliding && p.window > 0;
     L.n_slots = L.ring ? p.window : opt_.n_ctx;
     L.kv_f16 = opt_.kv_type == model::KvType::kF16 ||
@@ -408,12 +151,6 @@ Status CudaBackend::init() {
     qkv_max = std::max(qkv_max, static_cast<int>(L.qkv.rows));
     w16_max = std::max(w16_max, static_cast<size_t>(L.qkv.rows * L.qkv.cols));
     w16_max = std::max(w16_max, static_cast<size_t>(L.wo.rows * L.wo.cols));
-    const int pct = (i + 1) * 100 / cfg_.n_layers;
-    if (pct / 10 != last_pct / 10) {
-      GEM_LOG_INFO("cuda: uploaded %d%% (%d/%d layers, %.1f s)", pct, i + 1, cfg_.n_layers,
-                   timer.seconds());
-      last_pct = pct;
-    }
   }
 
   // ---- scratch ----
@@ -603,7 +340,7 @@ void CudaBackend::head_row(int row) {
 }
 
 // Logs the decode graph's size and how many of its edges are programmatic (PDL) ones.
-void log_graph(cudaGraph_t graph) {
+static void log_graph(cudaGraph_t graph) {
   size_t n_nodes = 0, n_edges = 0;
   GEM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
   GEM_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n_edges));
@@ -811,7 +548,9 @@ void CudaBackend::restore() {
   n_past_ = ckpt_n_past_;
 }
 
-}  // namespace
+}  // namespace gem::cuda
+
+namespace gem {
 
 bool cuda_device_available() {
   int n = 0;
@@ -827,7 +566,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const model::Model& model,
                                                    const BackendOptions& options,
                                                    const cuda::CudaTuning& tuning) {
   if (!cuda_device_available()) return errorf("cuda: no CUDA device found");
-  auto backend = std::make_unique<CudaBackend>(model, options, tuning);
+  auto backend = std::make_unique<cuda::CudaBackend>(model, options, tuning);
   GEM_RETURN_IF_ERROR(backend->init());
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/matvec.cuh"
 
 namespace gem::cuda {
 namespace {
