@@ -17,8 +17,7 @@ namespace {
 // memory. (One thread per element over every split was a chain of ~n_splits/4 dependent loads:
 // tens of µs at 264 splits; one element a thread over 4 split groups kept a quarter of these
 // loads in flight and was 0.7-0.8 % slower.) The split weights are computed once per block into
-// shared memory;
-// empty splits are never read.
+// shared memory; empty splits are never read.
 constexpr int kMergeThreads = 256;
 constexpr int kMergeLoads = 8;  // loads in flight per thread
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs a) {
@@ -92,13 +91,13 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   }
 }
 
+}  // namespace
+
 // Output elements per merge block: 32 when 64-element chunks would leave a thread more than one
 // round of loads (more than kMergeLoads · 16 splits: the 12B's full layers at 264), else 64 (32
 // everywhere was 2 % faster on the 12B at depth, 0.5 % slower on the 31B's 66 splits); the whole
 // head when it is narrower (at least 32, so that the q8 copy's blocks stay whole).
 // CudaTuning::merge_chunk = 32 or 64 forces a size.
-}  // namespace
-
 void launch_attention_merge(const AttnArgs& a, int n, const CudaTuning& t, cudaStream_t s) {
   const int rule = a.n_splits > kMergeLoads * (kMergeThreads / (64 / 4)) ? 32 : 64;
   const int want = t.merge_chunk == 32 || t.merge_chunk == 64 ? t.merge_chunk : rule;

@@ -114,7 +114,6 @@ __global__ void __launch_bounds__(256) attention_kernel(AttnArgs a, int qpb, int
   for (int i = 0; i < kPL; ++i) part[kPartHead + lane + 32 * i] = acc[i];
 }
 
-
 template <int D>
 void launch_attention(const AttnArgs& a, dim3 grid, int threads, int qpb, int hpb, cudaStream_t s) {
   if (a.f16) {
