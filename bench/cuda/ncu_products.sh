@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ncu of the decode products (durations, DRAM throughput, occupancy, stall reasons) on the
-# synthetic 12B, once per line of $NCU_FILE (environment settings). Run on the device after
+# synthetic 12B, once per line of $NCU_FILE (the tuning overrides of cuda::tuning_from_env, e.g.
+# "GEM_CUDA_PDL=0"; "GEM_CUDA_PDL=1" for the defaults). Run on the device after
 # bench/cuda/h200_run.sh (reuses its build-dev and /tmp/models/g12b.gguf when present).
 source bench/cuda/device_env.sh
 [ -f $M/g12b.gguf ] || $GEM synth --profile 12b -q -o $M/g12b.gguf
@@ -13,7 +14,7 @@ while IFS= read -r cfg; do
   n=$((n + 1))
   echo "=== $cfg" | tee -a "$OUT/ncu.txt"
   # ~193 products per step: skip the warm-up step's, profile one layer's four and the next four.
-  env $cfg timeout 200 "$NCU" --clock-control none --kernel-name regex:"matvec_(bulk|q_|gated)" \
+  env $cfg timeout 200 "$NCU" --clock-control none --kernel-name regex:"matvec_(q_|gated)" \
     --launch-skip 200 --launch-count 8 --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
     --metrics "${metrics%,}" \
