@@ -9,7 +9,7 @@
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks. sweep: test, then gem bench on the 12B (and the
 # 31B when SWEEP_31B=1) once per line of $SWEEP_FILE (environment settings, e.g.
-# "GEM_CUDA_MV_EF=0"), decode at the depths of $SWEEP_DEPTHS (default 0) and prefill at the
+# "GEM_CUDA_RES_CLUSTER=4"; the overrides cuda::tuning_from_env reads), decode at the depths of $SWEEP_DEPTHS (default 0) and prefill at the
 # sizes of $SWEEP_P (default none), then the 12B parity.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
@@ -120,16 +120,16 @@ if [ "$mode" = sweep ]; then
 fi
 if [ "$mode" = extra ]; then
   # gem serve on the device backend (curl smoke), then the decode attention kernels at depth
-  # 32768 on the 12B under ncu (their own bytes/s; GEM_CUDA_PROFILE_FROM_POS starts the
-  # profiler at that depth, after the warm-up and the fill).
+  # 32768 on the 12B under ncu (their own bytes/s; the warm-up's two steps at depth 0, 192
+  # attention and merge launches, skipped).
   log "serve smoke (cuda)"
   bash bench/cuda/serve_smoke.sh $GEM $F/tiny-q4_0.gguf cuda 2>&1 | tee "$OUT/serve_smoke.txt"
   log "synth 12b"
   $GEM synth --profile 12b -q -o $M/g12b.gguf
   log "ncu attention at depth 32768"
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  GEM_CUDA_PROFILE_FROM_POS=32768 timeout 300 $NCU --clock-control none --csv --profile-from-start off \
-    --kernel-name regex:"attention_(decode|merge)" --launch-count 192 \
+  timeout 300 $NCU --clock-control none --csv \
+    --kernel-name regex:"attention_(decode|merge)" --launch-skip 192 --launch-count 192 \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $GEM bench -m $M/g12b.gguf -p 0 -n 2 -d 32768 -r 1 --backend cuda > "$OUT/ncu_attn_12b.csv" 2> "$OUT/ncu_attn_12b.err"
   echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_attn_12b.csv")" | tee -a "$OUT/summary.txt"
@@ -163,8 +163,8 @@ for p in 12b 31b; do
   log "synth $p"
   $GEM synth --profile $p -q -o $M/g$p.gguf
 done
-# Nothing else runs while anything is measured (run 9: gem's decode measured while llama.cpp
-# compiled on 14 cores read 1.4 % low).
+# Nothing else runs while anything is measured (gem's decode measured while llama.cpp compiled
+# on 14 cores read 1.4 % low).
 if [ "$with_llama" = 1 ]; then
   log "waiting for llama.cpp build"
   wait $llama_pid
