@@ -41,13 +41,13 @@ fi
 sed -i -E 's/,-[a-z][a-z]+"/"/g; s/"-[a-z][a-z]+,/"/g; s/,-[a-z][a-z]+,/,/g' src/cli/*.cc
 log "configure gem"
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF -DGEM_WERROR=OFF \
-  -DGEM_SHARED_DIR="$PWD/.device/shared" >"$OUT/gem-build.log" 2>&1 || { log "configure failed"; tail -30 "$OUT/gem-build.log"; exit 1; }
+  >"$OUT/gem-build.log" 2>&1 || { log "configure failed"; tail -30 "$OUT/gem-build.log"; exit 1; }
 log "build gem"
-cmake --build build-dev -j"$GJ" --target cuda_kernels_test cuda_backend_test gem >>"$OUT/gem-build.log" 2>&1 \
+cmake --build build-dev -j"$GJ" --target cuda_kernels_test cuda_backend_test gem gem_test_models >>"$OUT/gem-build.log" 2>&1 \
   || { log "build failed"; grep -E "error|FAILED" "$OUT/gem-build.log" | head -20; }
 log "built"
 GEM=build-dev/bin/gem
-F=.device/shared/fixtures
+F=build-dev/test-models   # written by the build (target gem_test_models); tests/data travels with the tree
 M=/tmp/models
 mkdir -p $M
 # The synthetic model's CUDA-vs-CPU check (first 16 greedy tokens, top-20): parity 12B|31B,
@@ -56,7 +56,7 @@ parity() {
   local lp
   lp=$(echo "$1" | tr B b)
   log "synthetic $1 vs CPU"
-  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_$1=$M/g$lp.gguf" timeout 120 \
+  env "GEM_CUDA_SYNTH_$1=$M/g$lp.gguf" timeout 120 \
     build-dev/tests/cuda/cuda_backend_test --gtest_filter="*Synthetic$1*" 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_$1.txt"
   tail -5 "$OUT/synth_$1.txt" | tee -a "$OUT/summary.txt"
 }
@@ -75,10 +75,6 @@ ts.sort(); t = ts[len(ts) // 2]
 print(f"copy bandwidth: {2 * n / t / 1e12:.3f} TB/s (median of 20, 4 GiB, read+write)")
 PY
 
-log "synth fixtures"
-[ -f $F/tiny-q4_0.gguf ] || $GEM synth --profile tiny -q -o $F/tiny-q4_0.gguf
-[ -f $F/tiny6-f32.gguf ] || $GEM synth --profile tiny6 --layout f32 -q -o $F/tiny6-f32.gguf
-[ -f $F/tiny256-q6_k.gguf ] || $GEM synth --profile tiny256 --embedding q6_k -q -o $F/tiny256-q6_k.gguf
 [ "$mode" = build ] && { log "built (build mode: no tests)"; exit 0; }
 if [ "$mode" != extra ]; then
 log "kernel tests"
@@ -87,7 +83,7 @@ build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" > /tmp/kernel
 { grep -E -A4 "Failure" /tmp/kernels_full.txt | head -60; tail -40 /tmp/kernels_full.txt; } > "$OUT/kernels_test.txt"
 tail -4 "$OUT/kernels_test.txt" | tee -a "$OUT/summary.txt"
 log "backend tests"
-GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \
+timeout 240 build-dev/tests/cuda/cuda_backend_test \
   --gtest_filter=-*Synthetic* 2>&1 | grep -vE "^gem info" | tail -120 > "$OUT/backend_test.txt"
 tail -8 "$OUT/backend_test.txt" | tee -a "$OUT/summary.txt"
 fi
