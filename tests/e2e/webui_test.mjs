@@ -109,6 +109,18 @@ try {
   assert.match(await page.textContent("#usage"), /\/ 4,096 tokens/);
   console.log("ok: streamed reply, reasoning collapsed");
 
+  // 3b. A long prompt: the page shows the server's progress through it (return_progress; the
+  //     server reads prompts in tiles of 32 tokens here, 10 ms a token).
+  await send("Say hello, " + "please ".repeat(200));
+  await page.waitForFunction(() => {
+    const b = [...document.querySelectorAll(".msg.assistant")].pop();
+    return b && b.classList.contains("streaming") && /reading the prompt: \d+% of/.test(b.querySelector(".meta").textContent);
+  });
+  box = await settled();
+  assert.equal(await box.locator(":scope > .text").textContent(), "Hello there, friend!");
+  assert.equal(bodies.at(-1).return_progress, true);
+  console.log("ok: prompt progress shown");
+
   // 4. Model text is text: markup in a reply is shown, never run.
   await send("Show markup");
   box = await settled();
@@ -176,7 +188,7 @@ try {
   const kept = await box.locator(":scope > .text").textContent();
   await page.waitForTimeout(500);
   assert.equal(await box.locator(":scope > .text").textContent(), kept, "no text after Stop");
-  assert.ok(kept.length < 400, `stopped after ${kept.length} characters`);
+  assert.ok(kept.length < 3000, `stopped after ${kept.length} characters (the whole story is ~5,700)`);
   await send("Say hello");
   box = await settled();
   assert.equal(await box.locator(":scope > .text").textContent(), "Hello there, friend!");
