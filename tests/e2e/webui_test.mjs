@@ -102,6 +102,7 @@ try {
   assert.equal(await reasoning.locator(".text").isVisible(), false);
   await reasoning.locator("summary").click();
   assert.equal(await reasoning.locator(".text").textContent(), "The user greets me.");
+  await shot("2-reasoning-open");
   assert.equal(await last(".msg.user .text").textContent(), "Say hello");
   assert.equal(bodies.at(-1).stream, true);
   assert.equal(bodies.at(-1).messages.at(-1).content, "Say hello");
@@ -150,7 +151,7 @@ try {
   assert.deepEqual(JSON.parse(await call.locator(".args").textContent()), { city: "Paris", days: 2 });
   assert.match(await box.locator(".meta").textContent(), /finish: tool_calls/);
   assert.match(await page.textContent("#hint"), /get_weather/);
-  await shot("2-tool-call");
+  await shot("3-tool-call");
   await send("18C cloudy");
   box = await settled();
   assert.equal(await box.locator(":scope > .text").textContent(), "It is 18C and cloudy in Paris.");
@@ -179,7 +180,7 @@ try {
   assert.equal(await box.evaluate((b) => b.classList.contains("streaming")), true, "still streaming");
   assert.equal(await page.isEnabled("#stop"), true);
   assert.equal(await page.isEnabled("#send"), false);
-  await shot("3-streaming");
+  await shot("4-streaming");
   await page.click("#stop");
   const stoppedAt = Date.now();
   await settled();
@@ -216,6 +217,7 @@ try {
   assert.match(await box.locator(".error").textContent(), /HTTP 400: .*context/);
   assert.equal(await page.inputValue("#input"), huge);
   assert.match(await last(".msg.user .role").textContent(), /not sent/);
+  await shot("5-error");
   console.log("ok: server error shown");
 
   // 9. Narrow screens: nothing wider than the viewport.
@@ -226,7 +228,7 @@ try {
   await page.locator("#settings summary").click();  // closed
   await send("Say hello");
   await settled();
-  await shot("4-narrow");
+  await shot("6-narrow");
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
   assert.ok(overflow <= 0, `page ${overflow}px wider than a 360px screen`);
   console.log("ok: fits a 360px screen");
