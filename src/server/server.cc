@@ -320,7 +320,7 @@ void Server::routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" ||
-        (options_.webui && req.path == "/" && req.method == "GET")) {  // the page holds no data
+        (options_.webui && req.path == "/" && req.method != "POST")) {  // the page holds no data
       return httplib::Server::HandlerResponse::Unhandled;
     }
     std::string key;
@@ -441,8 +441,7 @@ void Server::routes() {
       res.set_header("X-Content-Type-Options", "nosniff");
       res.set_header("Referrer-Policy", "no-referrer");
       res.set_header("Cache-Control", "no-cache");
-      res.set_content(reinterpret_cast<const char*>(webui::kIndexHtml), webui::kIndexHtmlSize,
-                      "text/html; charset=utf-8");
+      res.set_content(webui::index_html().data(), webui::index_html().size(), "text/html; charset=utf-8");
     });
   }
   // --- end chat page ---

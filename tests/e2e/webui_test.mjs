@@ -35,7 +35,8 @@ if (shots) fs.mkdirSync(shots, { recursive: true });
 const browser = await chromium.launch({
   executablePath: exe, headless: true, timeout: 60000,
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage"],  // containers often have a tiny /dev/shm
 });
 const problems = [];
 let failed = true;

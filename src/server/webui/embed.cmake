@@ -79,6 +79,7 @@ string(REGEX REPLACE "(${line_re})" "\\1\n  " bytes "${bytes}")
 set(header "// Generated at build time from src/server/webui/index.html by embed.cmake. Do not edit.
 #pragma once
 #include <cstddef>
+#include <string_view>
 
 namespace gem::server::webui {
 
@@ -87,6 +88,9 @@ inline constexpr unsigned char kIndexHtml[] = {
   ${bytes}
 };
 inline constexpr std::size_t kIndexHtmlSize = ${nbytes};
+inline std::string_view index_html() {
+  return {reinterpret_cast<const char*>(kIndexHtml), kIndexHtmlSize};
+}
 // Content-Security-Policy for the page: only its own inline script and style run.
 inline constexpr char kIndexCsp[] = \"${csp}\";
 
