@@ -152,6 +152,7 @@ try {
   assert.deepEqual(JSON.parse(await call.locator(".args").textContent()), { city: "Paris", days: 2 });
   assert.match(await box.locator(".meta").textContent(), /finish: tool_calls/);
   assert.match(await page.textContent("#hint"), /get_weather/);
+  assert.equal(await page.textContent("#send"), "Send result");
   await shot("3-tool-call");
   await send("18C cloudy");
   box = await settled();
