@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/timer.h"
+#include "cli/backend_flags.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "model/model.h"
@@ -31,7 +32,7 @@ struct BenchArgs {
   std::string depths = "0";
   int reps = 3;
   std::string backend = "auto";
-  std::string kv_type = "f16";
+  std::string kv_type = kDefaultKvType;
   int tile = 512;
   int threads = 0;
   int n_ctx = 0;

@@ -59,7 +59,7 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
   app.add_option("-c,--ctx-size", a.n_ctx,
                  "context size in tokens (default 0: the model's, at most 32768)");
   app.add_option("-t,--threads", a.n_threads, "CPU threads (default 0: all)");
-  app.add_option("--kv-type,--cache-type-k", a.kv_type, "KV cache storage: f32, f16 or f16-full");
+  app.add_option("--kv-type,--cache-type-k", a.kv_type, "KV cache storage: f32, f16 (default) or f16-full");
   app.add_option("--alias", a.alias, "model name in /v1/models and responses (default: file stem)");
   app.add_option("--api-key", a.api_key,
                  "require this key (Authorization: Bearer or X-Api-Key); /health is exempt");

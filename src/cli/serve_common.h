@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/status.h"
+#include "cli/backend_flags.h"
 #include "server/server.h"
 
 namespace gem::cli {
@@ -19,7 +20,7 @@ struct ServeArgs {
   int port = 8080;
   int n_ctx = 0;            // 0: the model's training context, at most 32768
   int n_threads = 0;        // 0: all hardware threads
-  std::string kv_type = "f32";
+  std::string kv_type = kDefaultKvType;
   std::string alias;
   std::string api_key;
   std::string backend = "auto";  // auto | cpu | cuda | scripted:FILE (test-only)
