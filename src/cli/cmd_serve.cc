@@ -77,6 +77,7 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
   static int ignored_ngl = 0;
   app.add_option("--n-gpu-layers,--gpu-layers", ignored_ngl,
                  "accepted for llama-server compatibility and ignored");
+  app.add_flag("--no-webui", a.no_webui, "do not serve the chat page at / (then / answers 404)");
   app.add_flag("-v,--verbose", a.verbose, "debug logging");
 }
 
@@ -103,6 +104,7 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   o.max_queue = a.queue;
   o.timeout_s = a.timeout_s;
   o.heartbeat_s = a.ping_s;
+  o.webui = !a.no_webui;
   o.build_info = std::string(GEM_VERSION) + "-" + build_commit();
   auto running = std::make_unique<RunningServer>();
   running->server = std::make_unique<server::Server>(o);

@@ -31,6 +31,7 @@ struct ServeArgs {
   bool reference = false;
   int ping_s = 10;
   bool verbose = false;
+  bool no_webui = false;    // --no-webui: no chat page at /
 };
 
 // Adds the server flags to `app`; `with_port` is false for `gem agent` (it picks a free port).

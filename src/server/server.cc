@@ -33,6 +33,7 @@
 #include "chat/chat.h"
 #include "chat/parser.h"
 #include "server/api.h"
+#include "server/webui/index_html.h"  // generated from src/server/webui/index.html
 
 namespace gem::server {
 
@@ -332,7 +333,8 @@ void Server::routes() {
       send_error(res, bad_request("too many request headers (more than 100)"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health") {
+    if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" ||
+        (options_.webui && req.path == "/" && req.method != "POST")) {  // the page holds no data
       return httplib::Server::HandlerResponse::Unhandled;
     }
     std::string key;
@@ -445,6 +447,18 @@ void Server::routes() {
   auto chat = [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); };
   h.Post("/v1/chat/completions", chat);
   h.Post("/chat/completions", chat);
+
+  // --- Chat page (src/server/webui/index.html, embedded at build time; off with --no-webui) ---
+  if (options_.webui) {
+    h.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Content-Security-Policy", webui::kIndexCsp);
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Referrer-Policy", "no-referrer");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(webui::index_html().data(), webui::index_html().size(), "text/html; charset=utf-8");
+    });
+  }
+  // --- end chat page ---
 }
 
 void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
