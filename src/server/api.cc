@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
-#include <memory>
+
+#include "chat/chat.h"
+#include "chat/validate.h"
 
 namespace gem::server {
 
@@ -98,198 +99,6 @@ bool read_int(const json& obj, const char* key, int64_t lo, int64_t hi, int64_t*
   return true;
 }
 
-// Content: a string, null, or an array of parts; text parts are joined with "\n" (as
-// llama.cpp's concat_content_parts does); media parts are refused (gem is text-only).
-bool normalise_content(const json& msg, size_t index, json* out, ApiError* err) {
-  const json* c = field(msg, "content");
-  if (c == nullptr) {
-    *out = nullptr;
-    return true;
-  }
-  if (c->is_string()) {
-    *out = *c;
-    return true;
-  }
-  if (!c->is_array()) {
-    *err = bad_request(strprintf("messages[%zu].content must be a string, null or an array of "
-                                 "parts, got %s",
-                                 index, c->type_name()));
-    return false;
-  }
-  std::string text;
-  bool first = true;
-  for (size_t p = 0; p < c->size(); ++p) {
-    const json& part = (*c)[p];
-    const json* type = part.is_object() ? field(part, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].content[%zu] must be an object with a string "
-                                   "'type'",
-                                   index, p));
-      return false;
-    }
-    const std::string t = type->get<std::string>();
-    if (t == "text") {
-      const json* tx = field(part, "text");
-      if (tx == nullptr || !tx->is_string()) {
-        *err = bad_request(strprintf("messages[%zu].content[%zu].text must be a string", index, p));
-        return false;
-      }
-      if (!first) text += '\n';
-      text += tx->get<std::string>();
-      first = false;
-    } else if (t == "image_url" || t == "input_image" || t == "image") {
-      *err = bad_request("image input is not supported: this server runs a text-only model "
-                         "(/props says modalities.vision = false)");
-      return false;
-    } else if (t == "input_audio" || t == "audio") {
-      *err = bad_request("audio input is not supported by this server");
-      return false;
-    } else if (t == "input_video" || t == "video_url" || t == "file") {
-      *err = bad_request("'" + t + "' content is not supported by this server");
-      return false;
-    } else {
-      *err = bad_request(strprintf("messages[%zu].content[%zu]: unsupported part type '%s'",
-                                   index, p, t.c_str()));
-      return false;
-    }
-  }
-  *out = text;
-  return true;
-}
-
-bool validate_messages(const json& body, json* out, ApiError* err) {
-  const json* msgs = field(body, "messages");
-  if (msgs == nullptr) {
-    *err = bad_request("'messages' is required");
-    return false;
-  }
-  if (!msgs->is_array() || msgs->empty()) {
-    *err = bad_request("'messages' must be a non-empty array");
-    return false;
-  }
-  *out = json::array();
-  for (size_t i = 0; i < msgs->size(); ++i) {
-    const json& m = (*msgs)[i];
-    if (!m.is_object()) {
-      *err = bad_request(strprintf("messages[%zu] must be an object, got %s", i, m.type_name()));
-      return false;
-    }
-    const json* role = field(m, "role");
-    if (role == nullptr || !role->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].role must be a string", i));
-      return false;
-    }
-    const std::string r = role->get<std::string>();
-    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
-      *err = bad_request(strprintf("messages[%zu].role '%s' is not one of system, developer, "
-                                   "user, assistant, tool",
-                                   i, r.c_str()));
-      return false;
-    }
-    json msg = m;
-    json content;
-    if (!normalise_content(m, i, &content, err)) return false;
-    msg["content"] = content;
-    const json* calls = field(m, "tool_calls");
-    if (calls != nullptr) {
-      if (r != "assistant" || !calls->is_array()) {
-        *err = bad_request(strprintf("messages[%zu].tool_calls must be an array on an assistant "
-                                     "message",
-                                     i));
-        return false;
-      }
-      for (size_t k = 0; k < calls->size(); ++k) {
-        const json& call = (*calls)[k];
-        const json* fn = call.is_object() ? field(call, "function") : nullptr;
-        const json* name = (fn != nullptr && fn->is_object()) ? field(*fn, "name") : nullptr;
-        if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
-          *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.name must be a "
-                                       "non-empty string",
-                                       i, k));
-          return false;
-        }
-        const json* args = field(*fn, "arguments");
-        if (args != nullptr && !args->is_string() && !args->is_object()) {
-          *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.arguments must be "
-                                       "a string or an object",
-                                       i, k));
-          return false;
-        }
-        if (args != nullptr && args->is_string()) {
-          json parsed = json::parse(args->get<std::string>(), nullptr, false);
-          if (parsed.is_discarded() || !parsed.is_object()) {
-            *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.arguments is not "
-                                         "a JSON object",
-                                         i, k));
-            return false;
-          }
-        }
-      }
-    } else if (m.contains("tool_calls")) {
-      msg.erase("tool_calls");  // null
-    }
-    const json* rc = field(m, "reasoning_content");
-    if (rc != nullptr && !rc->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].reasoning_content must be a string", i));
-      return false;
-    }
-    if (r != "assistant" && content.is_null()) {
-      *err = bad_request(strprintf("messages[%zu] (%s) needs 'content'", i, r.c_str()));
-      return false;
-    }
-    const json* tcid = field(m, "tool_call_id");
-    if (tcid != nullptr && !tcid->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].tool_call_id must be a string", i));
-      return false;
-    }
-    const json* name = field(m, "name");
-    if (name != nullptr && !name->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].name must be a string", i));
-      return false;
-    }
-    out->push_back(std::move(msg));
-  }
-  return true;
-}
-
-bool validate_tools(const json& body, json* out, ApiError* err) {
-  *out = json::array();
-  const json* tools = field(body, "tools");
-  if (tools == nullptr) return true;
-  if (!tools->is_array()) {
-    *err = bad_request("'tools' must be an array");
-    return false;
-  }
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const json& t = (*tools)[i];
-    const json* type = t.is_object() ? field(t, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "function") {
-      *err = bad_request(strprintf("tools[%zu]: only {\"type\": \"function\", ...} tools are "
-                                   "supported",
-                                   i));
-      return false;
-    }
-    const json* fn = field(t, "function");
-    const json* name = (fn != nullptr && fn->is_object()) ? field(*fn, "name") : nullptr;
-    if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
-      *err = bad_request(strprintf("tools[%zu].function.name must be a non-empty string", i));
-      return false;
-    }
-    const json* desc = field(*fn, "description");
-    if (desc != nullptr && !desc->is_string()) {
-      *err = bad_request(strprintf("tools[%zu].function.description must be a string", i));
-      return false;
-    }
-    const json* params = field(*fn, "parameters");
-    if (params != nullptr && !params->is_object()) {
-      *err = bad_request(strprintf("tools[%zu].function.parameters must be an object", i));
-      return false;
-    }
-    out->push_back(t);
-  }
-  return true;
-}
-
 }  // namespace
 
 bool parse_chat_request(const std::string& body, const SamplingParams& defaults, ChatRequest* out,
@@ -305,8 +114,16 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
   }
   ChatRequest r;
   r.sampling = defaults;
-  if (!validate_messages(j, &r.messages, err)) return false;
-  if (!validate_tools(j, &r.tools, err)) return false;
+  {
+    Result<chat::ChatInput> in = chat::read_chat_input(j, r.enable_thinking);
+    if (!in.ok()) {
+      *err = bad_request(in.message());
+      return false;
+    }
+    r.messages = std::move(in->messages);
+    r.tools = std::move(in->tools);
+    r.enable_thinking = in->enable_thinking;
+  }
   if (!read_bool(j, "stream", &r.stream, err)) return false;
   if (const json* so = field(j, "stream_options")) {
     if (!so->is_object()) {
@@ -316,22 +133,6 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
     if (!read_bool(*so, "include_usage", &r.include_usage, err)) return false;
   }
   if (!read_bool(j, "return_progress", &r.return_progress, err)) return false;
-
-  // Thinking: on unless reasoning_effort is "none" or chat_template_kwargs.enable_thinking=false.
-  if (const json* effort = field(j, "reasoning_effort")) {
-    if (!effort->is_string()) {
-      *err = bad_request("'reasoning_effort' must be a string");
-      return false;
-    }
-    if (effort->get<std::string>() == "none") r.enable_thinking = false;
-  }
-  if (const json* kw = field(j, "chat_template_kwargs")) {
-    if (!kw->is_object()) {
-      *err = bad_request("'chat_template_kwargs' must be an object");
-      return false;
-    }
-    if (!read_bool(*kw, "enable_thinking", &r.enable_thinking, err)) return false;
-  }
 
   // Length: max_completion_tokens, max_tokens and n_predict are one limit (-1 = none).
   for (const char* key : {"n_predict", "max_tokens", "max_completion_tokens"}) {
@@ -442,6 +243,24 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
     }
   }
   *out = std::move(r);
+  return true;
+}
+
+bool build_prompt(const ChatRequest& request, const Tokenizer& tokenizer,
+                  std::vector<int32_t>* ids, int* n_history, ApiError* err) {
+  chat::RenderOptions ro;
+  ro.add_generation_prompt = true;
+  ro.enable_thinking = request.enable_thinking;
+  ro.emit_bos_text = false;  // the tokenizer adds <bos> (spec §6.4: no double BOS)
+  ro.reopen_model_turn = true;
+  Result<chat::Prompt> prompt = chat::render_prompt(request.messages, request.tools, ro);
+  if (!prompt.ok()) {
+    *err = bad_request("cannot format the conversation: " + prompt.message());
+    return false;
+  }
+  chat::PromptTokens tokens = chat::tokenize_prompt(*prompt, tokenizer, /*add_bos=*/true);
+  *ids = std::move(tokens.ids);
+  *n_history = tokens.n_history;
   return true;
 }
 
@@ -586,80 +405,6 @@ std::string finish_reason(runtime::FinishReason f, bool stop_string, int n_tool_
     return "length";
   }
   return n_tool_calls > 0 ? "tool_calls" : "stop";
-}
-
-runtime::Constraint make_tool_constraint(ToolChoice choice, const std::string& name,
-                                         bool thinking, const Tokenizer& tokenizer) {
-  constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  if (choice == ToolChoice::kAuto) return {};
-  if (choice == ToolChoice::kNone) {
-    return [kBanned](std::span<float> logits, std::span<const int32_t>) -> int32_t {
-      if (static_cast<size_t>(tok::kToolCallStart) < logits.size()) {
-        logits[tok::kToolCallStart] = kBanned;
-      }
-      return -1;
-    };
-  }
-  // required / named: state tracked incrementally over the generated tokens.
-  struct State {
-    size_t seen = 0;
-    bool in_thought = false;
-    bool in_call = false;
-    int calls_closed = 0;
-    bool name_queued = false;
-    std::deque<int32_t> forced;
-  };
-  auto state = std::make_shared<State>();
-  std::vector<int32_t> name_tokens;
-  if (choice == ToolChoice::kNamed) name_tokens = tokenizer.encode("call:" + name + "{", false, false);
-  const bool named = choice == ToolChoice::kNamed;
-  return [state, name_tokens, named, thinking, kBanned](std::span<float> logits,
-                                                       std::span<const int32_t> gen) -> int32_t {
-    State& s = *state;
-    for (; s.seen < gen.size(); ++s.seen) {
-      const int32_t t = gen[s.seen];
-      if (t == tok::kChannelStart) s.in_thought = true;
-      if (t == tok::kChannelEnd) s.in_thought = false;
-      if (t == tok::kToolCallStart && !s.in_call) {
-        s.in_call = true;
-        if (named && !s.name_queued) {
-          // The named call: its opening text is forced right after <|tool_call>.
-          s.forced.assign(name_tokens.begin(), name_tokens.end());
-          s.name_queued = true;
-        }
-      }
-      if (t == tok::kToolCallEnd && s.in_call) {
-        s.in_call = false;
-        s.calls_closed++;
-      }
-    }
-    if (!s.forced.empty()) {
-      const int32_t t = s.forced.front();
-      s.forced.pop_front();
-      return t;
-    }
-    if (s.in_call) return -1;
-    if (s.calls_closed > 0) return named ? tok::kToolRespStart : -1;
-    auto ban = [&](int32_t id) {
-      if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = kBanned;
-    };
-    // No call yet: the turn may not end.
-    ban(tok::kEos);
-    ban(tok::kTurnEnd);
-    ban(tok::kToolRespStart);
-    if (s.in_thought) return -1;  // let it finish thinking first
-    if (thinking && gen.empty()) {
-      // First step with thinking on: open the thought channel or start the call.
-      for (size_t i = 0; i < logits.size(); ++i) {
-        if (i != static_cast<size_t>(tok::kChannelStart) &&
-            i != static_cast<size_t>(tok::kToolCallStart)) {
-          logits[i] = kBanned;
-        }
-      }
-      return -1;
-    }
-    return tok::kToolCallStart;
-  };
 }
 
 }  // namespace gem::server

@@ -753,6 +753,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   return out;
 }
 
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  const Impl& im = *impl_;
+  Impl::ChunkCache cache;
+  Impl::ChunkCache* cache_ptr = nullptr;
+  if (text.size() >= 2048) {
+    cache.reserve(text.size() / 32);
+    cache_ptr = &cache;
+  }
+  im.encode_raw(text, out, cache_ptr);
+}
+
 std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   return std::string(piece_view(id, render_special));
 }

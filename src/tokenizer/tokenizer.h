@@ -58,6 +58,11 @@ class Tokenizer {
   // <0xXX> byte token, so decode(encode(x)) == x for any bytes x without "▁" (U+2581, which
   // encodes like a space). llama.cpp instead replaces such bytes with U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // Appends the ids of `text` read as plain text: no control or user-defined token is
+  // recognised, so "<|turn>" becomes the ids of its characters (no BPE merge yields a special
+  // token). For text a prompt quotes, such as chat message content: it cannot open or close
+  // turns. Equal to encode(text, false, true) for text that spells no special token.
+  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
 
   // The bytes a token stands for ("▁" -> " ", <0xXX> -> one byte). Control tokens give their
   // text only when render_special.
