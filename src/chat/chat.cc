@@ -16,7 +16,12 @@
 //     nullable vanish; an OBJECT property without `properties` lists its own non-standard
 //     schema keys as if they were properties; `parameters` without `type` leaves a brace open;
 //     tool-response names come from the template's id matching (the last matching call wins).
-// Input the template would turn into garbage or crash on is an error instead (see validate()).
+// Input the template would turn into garbage or crash on is an error instead: the messages and
+// tools go through validate.h's validator first, and the walkers below stop at kMaxJsonDepth.
+//
+// The output is segmented (class Out): the control tokens the template writes are marked, and
+// everything else -- content, names, arguments, the template's own words -- is text, which
+// tokenize_prompt() never reads as special tokens.
 #include "chat/chat.h"
 
 #include <algorithm>

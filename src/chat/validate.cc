@@ -39,7 +39,7 @@ Result<json> normalise_content(const json& msg, const std::string& where, const 
   const json* content = given(msg, "content");
   const std::string cw = at_key(where, "content");
   if (content == nullptr) {
-    if (role == "assistant" || role == "tool") return json();
+    if (role == "assistant") return json();
     return errorf("%s: expected a string or an array of text parts (a %s message needs content), "
                   "got %s", cw.c_str(), role.c_str(), get(msg, "content") ? "null" : "nothing");
   }

@@ -16,7 +16,7 @@ namespace gem::chat {
 // Checks the OpenAI `messages` array and returns it normalised for the renderer:
 //  * role: system, developer, user, assistant or tool; `developer` becomes `system` (Gemma 4
 //    has no developer turn; OpenAI's newer name for the system prompt).
-//  * content: a string, null/absent (assistant and tool messages only) or an array of parts;
+//  * content: a string, null/absent (assistant messages only) or an array of parts;
 //    the text parts are joined with "\n" into one string for every role (llama.cpp's
 //    concat_content_parts). Image, audio, video and file parts are refused: gem is text-only.
 //  * tool_calls (assistant only): each {"function":{"name": non-empty string, "arguments":

@@ -196,6 +196,8 @@ TEST(ChatRender, RefusedInputNamesTheProblem) {
        "null", "messages[0].content: expected a string or an array of text parts (a system message needs content), got null"},
       {"user without content", R"([{"role":"user"}])", "null",
        "messages[0].content: expected a string or an array of text parts (a user message needs content), got nothing"},
+      {"tool result without content", R"([{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f"}}]},{"role":"tool","tool_call_id":"a","content":null}])",
+       "null", "messages[2].content: expected a string or an array of text parts (a tool message needs content), got null"},
       {"part type missing", R"([{"role":"user","content":[{"text":"x"}]}])", "null",
        "messages[0].content[0].type: expected a string (\"text\"), got nothing"},
       {"function name with a space", R"([{"role":"user","content":"q"}])", R"([{"type":"function","function":{"name":"get weather"}}])",
