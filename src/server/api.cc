@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "chat/chat.h"
+#include "chat/json_util.h"
 #include "chat/validate.h"
 
 namespace gem::server {
@@ -38,11 +39,18 @@ const json* field(const json& obj, const char* key) {
   return &*it;
 }
 
-bool read_bool(const json& obj, const char* key, bool* out, ApiError* err) {
+// "WHERE: expected X, got Y" (chat/validate.h's style, which every 400 here follows).
+ApiError type_error(const std::string& where, const char* expected, const json& v) {
+  return bad_request(chat::detail::type_error(where, expected, v).message());
+}
+
+// `where`: the field's path for the message ("stream_options.include_usage"); default the key.
+bool read_bool(const json& obj, const char* key, bool* out, ApiError* err,
+               const char* where = nullptr) {
   const json* v = field(obj, key);
   if (v == nullptr) return true;
   if (!v->is_boolean()) {
-    *err = bad_request(std::string("'") + key + "' must be a boolean, got " + v->type_name());
+    *err = type_error(where ? where : key, "true or false", *v);
     return false;
   }
   *out = v->get<bool>();
@@ -54,13 +62,13 @@ bool read_number(const json& obj, const char* key, float lo, float hi, float* ou
   const json* v = field(obj, key);
   if (v == nullptr) return true;
   if (!v->is_number()) {
-    *err = bad_request(std::string("'") + key + "' must be a number, got " + v->type_name());
+    *err = type_error(key, "a number", *v);
     return false;
   }
   const double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
-    *err = bad_request(strprintf("'%s' must be in [%g, %g], got %g", key, static_cast<double>(lo),
-                                 static_cast<double>(hi), d));
+    *err = bad_request(strprintf("%s: expected a number in [%g, %g], got %g", key,
+                                 static_cast<double>(lo), static_cast<double>(hi), d));
     return false;
   }
   *out = static_cast<float>(d);
@@ -86,11 +94,11 @@ bool read_int(const json& obj, const char* key, int64_t lo, int64_t hi, int64_t*
              std::fabs(v->get<double>()) < 9e15) {
     x = static_cast<int64_t>(v->get<double>());
   } else {
-    *err = bad_request(std::string("'") + key + "' must be an integer, got " + v->type_name());
+    *err = type_error(key, "an integer", *v);
     return false;
   }
   if (x < lo || x > hi) {
-    *err = bad_request(strprintf("'%s' must be in [%lld, %lld], got %lld", key,
+    *err = bad_request(strprintf("%s: expected an integer in [%lld, %lld], got %lld", key,
                                  static_cast<long long>(lo), static_cast<long long>(hi),
                                  static_cast<long long>(x)));
     return false;
@@ -105,11 +113,11 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
                         ApiError* err) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    *err = bad_request("the request body is not valid JSON");
+    *err = bad_request("the request body: expected JSON, got text that does not parse as JSON");
     return false;
   }
   if (!j.is_object()) {
-    *err = bad_request(std::string("the request body must be a JSON object, got ") + j.type_name());
+    *err = type_error("the request body", "a JSON object", j);
     return false;
   }
   ChatRequest r;
@@ -127,10 +135,12 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
   if (!read_bool(j, "stream", &r.stream, err)) return false;
   if (const json* so = field(j, "stream_options")) {
     if (!so->is_object()) {
-      *err = bad_request("'stream_options' must be an object");
+      *err = type_error("stream_options", "an object", *so);
       return false;
     }
-    if (!read_bool(*so, "include_usage", &r.include_usage, err)) return false;
+    if (!read_bool(*so, "include_usage", &r.include_usage, err, "stream_options.include_usage")) {
+      return false;
+    }
   }
   if (!read_bool(j, "return_progress", &r.return_progress, err)) return false;
 
@@ -163,19 +173,20 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
     if (stop->is_string()) {
       if (!stop->get<std::string>().empty()) r.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
-      for (const json& st : *stop) {
+      for (size_t i = 0; i < stop->size(); ++i) {
+        const json& st = (*stop)[i];
         if (!st.is_string()) {
-          *err = bad_request("'stop' must be a string or an array of strings");
+          *err = type_error(strprintf("stop[%zu]", i), "a string", st);
           return false;
         }
         if (!st.get<std::string>().empty()) r.stop.push_back(st.get<std::string>());
       }
       if (r.stop.size() > 16) {
-        *err = bad_request("'stop' holds more than 16 strings");
+        *err = bad_request(strprintf("stop: expected at most 16 strings, got %zu", r.stop.size()));
         return false;
       }
     } else {
-      *err = bad_request("'stop' must be a string or an array of strings");
+      *err = type_error("stop", "a string or an array of strings", *stop);
       return false;
     }
   }
@@ -191,7 +202,7 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
       } else if (v == "required") {
         r.tool_choice = ToolChoice::kRequired;
       } else {
-        *err = bad_request("'tool_choice' must be \"auto\", \"none\", \"required\" or a named "
+        *err = bad_request("tool_choice: expected \"auto\", \"none\", \"required\" or a named "
                            "function, got \"" + v + "\"");
         return false;
       }
@@ -199,7 +210,8 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
       const json* fn = field(*tc, "function");
       const json* name = (fn != nullptr && fn->is_object()) ? field(*fn, "name") : nullptr;
       if (name == nullptr || !name->is_string()) {
-        *err = bad_request("'tool_choice' object needs function.name");
+        *err = bad_request(strprintf("tool_choice.function.name: expected a string, got %s",
+                                     name == nullptr ? "nothing" : chat::detail::type_name(*name)));
         return false;
       }
       r.tool_choice = ToolChoice::kNamed;
@@ -207,12 +219,12 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
       bool found = false;
       for (const json& t : r.tools) found |= t["function"]["name"] == r.tool_name;
       if (!found) {
-        *err = bad_request("'tool_choice' names function '" + r.tool_name +
-                           "', which is not in 'tools'");
+        *err = bad_request("tool_choice.function.name: expected the name of a function in tools, "
+                           "got \"" + r.tool_name + "\"");
         return false;
       }
     } else {
-      *err = bad_request("'tool_choice' must be a string or an object");
+      *err = type_error("tool_choice", "a string or an object", *tc);
       return false;
     }
     if (r.tools.empty() && r.tool_choice != ToolChoice::kNone) r.tool_choice = ToolChoice::kAuto;
@@ -221,24 +233,33 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
   // Options gem does not implement are refused rather than silently ignored.
   if (const json* n = field(j, "n")) {
     if (!n->is_number_integer() || n->get<int64_t>() != 1) {
-      *err = bad_request("'n' other than 1 is not supported");
+      *err = bad_request(n->is_number_integer()
+                             ? strprintf("n: expected 1 (one choice per request), got %lld",
+                                         static_cast<long long>(n->get<int64_t>()))
+                             : type_error("n", "the integer 1", *n).message);
       return false;
     }
   }
   if (const json* lp = field(j, "logprobs")) {
     if (!lp->is_boolean()) {
-      *err = bad_request("'logprobs' must be a boolean");
+      *err = type_error("logprobs", "true or false", *lp);
       return false;
     }
     if (lp->get<bool>()) {
-      *err = bad_request("'logprobs' is not supported by this server");
+      *err = bad_request("logprobs: expected false, got true (logprobs are not supported by this "
+                         "server)");
       return false;
     }
   }
   if (const json* rf = field(j, "response_format")) {
     const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
     if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-      *err = bad_request("'response_format' other than {\"type\": \"text\"} is not supported");
+      // (The value is not echoed: dumping client JSON recurses.)
+      *err = bad_request(
+          type != nullptr && type->is_string()
+              ? "response_format.type: expected \"text\" (other formats are not supported), got \"" +
+                    type->get<std::string>() + "\""
+              : type_error("response_format", "an object with \"type\": \"text\"", *rf).message);
       return false;
     }
   }

@@ -128,6 +128,19 @@ TEST(Api, MessagesGoThroughTheChatValidator) {
        "tools[0].function.parameters: expected a JSON schema object, got an array"},
       {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":1}})",
        "chat_template_kwargs.enable_thinking: expected true or false, got a number"},
+      // The request's own fields use the same style.
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream: expected true or false, got a string"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":1}})",
+       "stream_options.include_usage: expected true or false, got a number"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":2})", "top_p: expected a number in [0, 1], got 2"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":"5"})", "max_tokens: expected an integer, got a string"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":["a",1]})", "stop[1]: expected a string, got a number"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice.function.name: expected the name of a function in tools, got \"g\""},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":2})", "n: expected 1 (one choice per request), got 2"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+       "response_format.type: expected \"text\" (other formats are not supported), got \"json_object\""},
+      {"[1]", "the request body: expected a JSON object, got an array"},
   };
   for (const auto& b : bad) {
     ApiError e = parse_err(b.body);
