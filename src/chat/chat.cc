@@ -893,15 +893,16 @@ PromptTokens tokenize_prompt(const Prompt& prompt, const Tokenizer& tokenizer, b
   const size_t history = std::min(prompt.history_bytes, text.size());
   size_t pos = 0;
   bool history_done = false;
+  Tokenizer::TextMemo memo;  // the messages share their words
   // Text [pos, end) as plain text, cut at the history boundary (where n_history is taken).
   auto text_until = [&](size_t end) {
     if (!history_done && end >= history) {
-      if (history > pos) tokenizer.encode_text(text.substr(pos, history - pos), out.ids);
+      if (history > pos) tokenizer.encode_text(text.substr(pos, history - pos), out.ids, &memo);
       pos = std::max(pos, history);
       out.n_history = static_cast<int>(out.ids.size());
       history_done = true;
     }
-    if (end > pos) tokenizer.encode_text(text.substr(pos, end - pos), out.ids);
+    if (end > pos) tokenizer.encode_text(text.substr(pos, end - pos), out.ids, &memo);
     pos = std::max(pos, end);
   };
   for (const auto& [offset, length] : prompt.controls) {

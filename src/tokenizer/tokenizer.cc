@@ -734,7 +734,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   }
 
   // Memoising pieces pays off only on longer inputs.
-  Impl::ChunkCache cache;
+  Tokenizer::Impl::ChunkCache cache;
   Impl::ChunkCache* cache_ptr = nullptr;
   if (text.size() >= 2048) {
     cache.reserve(text.size() / 32);
@@ -753,9 +753,27 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   return out;
 }
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+struct Tokenizer::TextMemo::Impl {
+  const std::vector<int32_t>* out = nullptr;  // the vector the cached offsets point into
+  Tokenizer::Impl::ChunkCache cache;
+};
+Tokenizer::TextMemo::TextMemo() : impl_(std::make_unique<Impl>()) {}
+Tokenizer::TextMemo::~TextMemo() = default;
+
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
+                            TextMemo* memo) const {
   const Impl& im = *impl_;
-  Impl::ChunkCache cache;
+  if (memo != nullptr) {
+    TextMemo::Impl& m = *memo->impl_;
+    if (m.out != &out) {
+      m.cache.clear();
+      m.out = &out;
+    }
+    im.encode_raw(text, out, &m.cache);
+    return;
+  }
+  // Memoising pieces pays off only on longer inputs.
+  Tokenizer::Impl::ChunkCache cache;
   Impl::ChunkCache* cache_ptr = nullptr;
   if (text.size() >= 2048) {
     cache.reserve(text.size() / 32);

@@ -395,6 +395,23 @@ TEST_F(TokenizerTest, EncodeTextRecognisesNoSpecialToken) {
     }
   }
   EXPECT_EQ(n_special, 24);
+  // A memo shared by many calls on one vector changes nothing but the speed; handed another
+  // vector, it starts over rather than copying ids from the wrong one.
+  const std::string text = bench::mixed_text(20000);
+  Ids plain, memoised, other;
+  Tokenizer::TextMemo memo;
+  for (size_t off = 0; off < text.size(); off += 700) {
+    const std::string_view piece = std::string_view(text).substr(off, 700);
+    tok_->encode_text(piece, plain);
+    tok_->encode_text(piece, memoised, &memo);
+    plain.push_back(106);
+    memoised.push_back(106);
+  }
+  EXPECT_EQ(memoised, plain);
+  tok_->encode_text(std::string_view(text).substr(0, 700), other, &memo);
+  Ids fresh;
+  tok_->encode_text(std::string_view(text).substr(0, 700), fresh);
+  EXPECT_EQ(other, fresh);
   for (const std::string& s : std::vector<std::string>{"Hello world", "line one\n\n  indented\ttab", "naïve ünïcödé 日本語 🙂",
                               std::string(3000, 'x') + " the the the"}) {
     Ids ids;
