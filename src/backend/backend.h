@@ -42,8 +42,8 @@ class Backend {
 
   // Evaluates `tokens` at positions n_past() .. n_past()+n-1 in tiles of options().n_tile,
   // writing their K/V. With all_logits, logits of every row are kept (row i = tokens[i]);
-  // otherwise only the last row's. On cancellation (callback returned false) returns an error
-  // whose message starts with "cancelled"; n_past() then counts the tiles that completed.
+  // otherwise only the last row's. On cancellation (callback returned false) returns a
+  // kCancelled status (Status::is_cancelled); n_past() then counts the tiles that completed.
   virtual Status eval(std::span<const int32_t> tokens, bool all_logits,
                       const TileCallback& on_tile = {}) = 0;
 

@@ -1,4 +1,4 @@
-// strprintf and errorf: the formatting behind every error message.
+// strprintf, errorf and cancelledf: the formatting behind every error message.
 #include "base/status.h"
 
 #include <cstdio>
@@ -31,6 +31,14 @@ Status errorf(const char* fmt, ...) {
   std::string out = vstrprintf(fmt, args);
   va_end(args);
   return Status::error(std::move(out));
+}
+
+Status cancelledf(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::string out = vstrprintf(fmt, args);
+  va_end(args);
+  return Status::cancelled(std::move(out));
 }
 
 }  // namespace gem

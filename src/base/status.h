@@ -1,6 +1,11 @@
 // Status and Result<T>: how gem reports bad input from outside (files, flags, HTTP bodies).
 // gem code does not throw; a failure travels up as a Status whose message says what, where,
 // expected and actual. Result<T> mirrors std::expected's surface so a later switch is mechanical.
+//
+// A Status carries a code besides its message, so callers branch on what happened, never on the
+// message's words: kError for every failure, kCancelled when the caller asked the work to stop
+// (a progress callback returned false) and it stopped early. Only the code is the contract; the
+// message is for people.
 #pragma once
 
 #include <cstdarg>
@@ -14,29 +19,38 @@ namespace gem {
 std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string vstrprintf(const char* fmt, va_list args);
 
+enum class StatusCode {
+  kOk,
+  kError,      // a failure: bad input, an unsupported file, a backend fault
+  kCancelled,  // stopped early because the caller asked (not a failure of the work itself)
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // ok
-  static Status error(std::string message) {
-    Status s;
-    s.ok_ = false;
-    s.message_ = std::move(message);
-    return s;
+  static Status error(std::string message) { return Status(StatusCode::kError, std::move(message)); }
+  static Status cancelled(std::string message) {
+    return Status(StatusCode::kCancelled, std::move(message));
   }
-  bool ok() const { return ok_; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  bool is_cancelled() const { return code_ == StatusCode::kCancelled; }
+  StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // Prefixes context ("loading x.gguf: ") to an error; ok stays ok.
+  // Prefixes context ("loading x.gguf: ") to a non-ok status, keeping its code; ok stays ok.
   Status with_context(const std::string& prefix) const {
-    return ok_ ? *this : error(prefix + message_);
+    return ok() ? *this : Status(code_, prefix + message_);
   }
 
  private:
-  bool ok_ = true;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  StatusCode code_ = StatusCode::kOk;
   std::string message_;
 };
 
 inline Status ok_status() { return Status(); }
 Status errorf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// A kCancelled status with a printf-style message ("cancelled after 32 of 64 tokens").
+Status cancelledf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 template <typename T>
 class [[nodiscard]] Result {

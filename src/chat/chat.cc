@@ -16,7 +16,12 @@
 //     nullable vanish; an OBJECT property without `properties` lists its own non-standard
 //     schema keys as if they were properties; `parameters` without `type` leaves a brace open;
 //     tool-response names come from the template's id matching (the last matching call wins).
-// Input the template would turn into garbage or crash on is an error instead (see validate()).
+// Input the template would turn into garbage or crash on is an error instead: the messages and
+// tools go through validate.h's validator first, and the walkers below stop at kMaxJsonDepth.
+//
+// The output is segmented (class Out): the control tokens the template writes are marked, and
+// everything else -- content, names, arguments, the template's own words -- is text, which
+// tokenize_prompt() never reads as special tokens.
 #include "chat/chat.h"
 
 #include <algorithm>
@@ -27,12 +32,48 @@
 #include <utility>
 #include <vector>
 
+#include "chat/grammar.h"
+#include "chat/json_util.h"
+#include "chat/validate.h"
+
 namespace gem::chat {
 namespace {
 
 using json = nlohmann::json;
+namespace g = grammar;
+using detail::at_index;
+using detail::at_key;
+using detail::depth_error;
+using detail::get;
+using detail::type_error;
 
-constexpr std::string_view kQ = "<|\"|>";  // the string delimiter token's text
+// The renderer's output: the prompt text, and which byte ranges of it are control tokens the
+// format inserted (token()). Everything appended with += is text: message content, names,
+// arguments and the template's own words, which tokenize_prompt() never reads as special tokens.
+class Out {
+ public:
+  Out& operator+=(std::string_view text) {
+    text_ += text;
+    return *this;
+  }
+  Out& operator+=(char c) {
+    text_ += c;
+    return *this;
+  }
+  void token(std::string_view control) {
+    controls_.emplace_back(text_.size(), control.size());
+    text_ += control;
+  }
+  const std::string& text() const { return text_; }
+  bool ends_with(std::string_view s) const { return text_.ends_with(s); }
+  Prompt take(size_t history_bytes) {
+    return Prompt{std::move(text_), std::move(controls_), history_bytes};
+  }
+
+ private:
+  std::string text_;
+  std::vector<std::pair<size_t, size_t>> controls_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // UTF-8 and Python string helpers
@@ -177,24 +218,6 @@ std::string py_float(double d) {
   return out;
 }
 
-const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-    case json::value_t::number_float: return "a number";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "an unsupported value";
-  }
-}
-
-Status type_error(const std::string& where, const char* expected, const json& actual) {
-  return errorf("%s: expected %s, got %s", where.c_str(), expected, type_name(actual));
-}
-
 Result<std::string> py_str(const json& v, const std::string& where);
 
 // Python's repr() of a scalar inside a list (only ASCII strings: repr of other characters
@@ -292,13 +315,6 @@ bool truthy(const json* v) {
   }
 }
 
-// `obj['key']`: nullptr (Undefined) when obj is not a mapping or lacks the key.
-const json* get(const json& obj, const char* key) {
-  if (!obj.is_object()) return nullptr;
-  auto it = obj.find(key);
-  return it == obj.end() ? nullptr : &*it;
-}
-
 // `obj | dictsort`: items by key, case-insensitive, stable over nlohmann's (byte) order.
 std::vector<std::pair<const std::string*, const json*>> dictsort(const json& obj) {
   std::vector<std::pair<const std::string*, const json*>> items;
@@ -316,20 +332,17 @@ std::vector<std::pair<const std::string*, const json*>> dictsort(const json& obj
   return sorted;
 }
 
-std::string at_key(const std::string& where, const std::string& key) { return where + "." + key; }
-std::string at_index(const std::string& where, size_t i) {
-  return where + "[" + std::to_string(i) + "]";
-}
-
 // ---------------------------------------------------------------------------------------------
 // The template's macros
 
 // format_argument(argument, escape_keys)
-Status format_argument(const json& v, bool escape_keys, const std::string& where, std::string& out) {
+Status format_argument(const json& v, bool escape_keys, const std::string& where, Out& out,
+                       int depth = 0) {
+  if (v.is_structured() && depth >= kMaxJsonDepth) return depth_error(where);
   if (v.is_string()) {
-    out += kQ;
+    out.token(g::kStrDelim);
     out += v.get_ref<const std::string&>();
-    out += kQ;
+    out.token(g::kStrDelim);
   } else if (v.is_boolean()) {
     out += v.get<bool>() ? "true" : "false";
   } else if (v.is_object()) {
@@ -339,21 +352,21 @@ Status format_argument(const json& v, bool escape_keys, const std::string& where
       if (!first) out += ',';
       first = false;
       if (escape_keys) {
-        out += kQ;
+        out.token(g::kStrDelim);
         out += *key;
-        out += kQ;
+        out.token(g::kStrDelim);
       } else {
         out += *key;
       }
       out += ':';
-      GEM_RETURN_IF_ERROR(format_argument(*value, escape_keys, at_key(where, *key), out));
+      GEM_RETURN_IF_ERROR(format_argument(*value, escape_keys, at_key(where, *key), out, depth + 1));
     }
     out += '}';
   } else if (v.is_array()) {
     out += '[';
     for (size_t i = 0; i < v.size(); ++i) {
       if (i > 0) out += ',';
-      GEM_RETURN_IF_ERROR(format_argument(v[i], escape_keys, at_index(where, i), out));
+      GEM_RETURN_IF_ERROR(format_argument(v[i], escape_keys, at_index(where, i), out, depth + 1));
     }
     out += ']';
   } else {
@@ -364,15 +377,15 @@ Status format_argument(const json& v, bool escape_keys, const std::string& where
 }
 
 // A `required` list rendered as <|"|>a<|"|>,<|"|>b<|"|>.
-Status format_required(const json& req, const std::string& where, std::string& out) {
+Status format_required(const json& req, const std::string& where, Out& out) {
   if (!req.is_array()) return type_error(where, "an array of property names", req);
   for (size_t i = 0; i < req.size(); ++i) {
     if (i > 0) out += ',';
     if (req[i].is_structured()) return type_error(at_index(where, i), "a property name", req[i]);
     GEM_ASSIGN_OR_RETURN(std::string s, py_str(req[i], at_index(where, i)));
-    out += kQ;
+    out.token(g::kStrDelim);
     out += s;
-    out += kQ;
+    out.token(g::kStrDelim);
   }
   return ok_status();
 }
@@ -381,7 +394,8 @@ Status format_required(const json& req, const std::string& where, std::string& o
 // whose values must be schema objects; false for the template's quirk of listing an OBJECT
 // schema's own keys, whose values may be anything.
 Status format_parameters(const json& properties, bool strict, const std::string& where,
-                         std::string& out) {
+                         Out& out, int depth) {
+  if (depth >= kMaxJsonDepth) return depth_error(where);
   static const char* const kStandard[] = {"description", "type", "properties", "required",
                                           "nullable"};
   bool found_first = false;
@@ -407,9 +421,9 @@ Status format_parameters(const json& properties, bool strict, const std::string&
     if (truthy(desc)) {
       GEM_ASSIGN_OR_RETURN(std::string d, py_str(*desc, at_key(here, "description")));
       out += "description:";
-      out += kQ;
+      out.token(g::kStrDelim);
       out += d;
-      out += kQ;
+      out.token(g::kStrDelim);
       add_comma = true;
     }
     std::string type_up;
@@ -437,7 +451,7 @@ Status format_parameters(const json& properties, bool strict, const std::string&
           const std::string ihere = at_key(iw, *ik);
           if (*ik == "properties") {
             out += "properties:{";
-            if (iv->is_object()) GEM_RETURN_IF_ERROR(format_parameters(*iv, strict, ihere, out));
+            if (iv->is_object()) GEM_RETURN_IF_ERROR(format_parameters(*iv, strict, ihere, out, depth + 1));
             out += '}';
           } else if (*ik == "required") {
             out += "required:[";
@@ -476,13 +490,13 @@ Status format_parameters(const json& properties, bool strict, const std::string&
       if (props != nullptr && props->is_object()) {
         comma();
         out += "properties:{";
-        GEM_RETURN_IF_ERROR(format_parameters(*props, true, at_key(here, "properties"), out));
+        GEM_RETURN_IF_ERROR(format_parameters(*props, true, at_key(here, "properties"), out, depth + 1));
         out += '}';
       } else if (value.is_object()) {
         // The template's quirk: the schema's own non-standard keys listed as properties.
         comma();
         out += "properties:{";
-        GEM_RETURN_IF_ERROR(format_parameters(value, false, here, out));
+        GEM_RETURN_IF_ERROR(format_parameters(value, false, here, out, depth + 1));
         out += '}';
       }
       const json* req = get(value, "required");
@@ -495,27 +509,27 @@ Status format_parameters(const json& properties, bool strict, const std::string&
     }
     comma();
     out += "type:";
-    out += kQ;
+    out.token(g::kStrDelim);
     out += type_up;
-    out += kQ;
+    out.token(g::kStrDelim);
     out += '}';
   }
   return ok_status();
 }
 
 // format_function_declaration(tool_data), before the caller's `| trim`.
-Status format_function_declaration(const json& tool, const std::string& where, std::string& out) {
+Status format_function_declaration(const json& tool, const std::string& where, Out& out) {
   const json& fn = tool["function"];
   const std::string fw = at_key(where, "function");
-  out += "declaration:";
+  out += g::kDeclarationPrefix;
   out += fn["name"].get<std::string>();
   out += "{description:";
-  out += kQ;
+  out.token(g::kStrDelim);
   if (const json* desc = get(fn, "description")) {
     GEM_ASSIGN_OR_RETURN(std::string d, py_str(*desc, at_key(fw, "description")));
     out += d;
   }
-  out += kQ;
+  out.token(g::kStrDelim);
   const json* params = get(fn, "parameters");
   if (truthy(params)) {
     const std::string pw = at_key(fw, "parameters");
@@ -523,7 +537,7 @@ Status format_function_declaration(const json& tool, const std::string& where, s
     const json* props = get(*params, "properties");
     if (truthy(props)) {
       out += "properties:{";
-      GEM_RETURN_IF_ERROR(format_parameters(*props, true, at_key(pw, "properties"), out));
+      GEM_RETURN_IF_ERROR(format_parameters(*props, true, at_key(pw, "properties"), out, 0));
       out += "},";
     }
     const json* req = get(*params, "required");
@@ -536,9 +550,9 @@ Status format_function_declaration(const json& tool, const std::string& where, s
     if (truthy(type)) {
       GEM_ASSIGN_OR_RETURN(std::string up, py_upper(*type, at_key(pw, "type")));
       out += "type:";
-      out += kQ;
+      out.token(g::kStrDelim);
       out += up;
-      out += kQ;
+      out.token(g::kStrDelim);
       out += '}';
     }
   }
@@ -549,18 +563,18 @@ Status format_function_declaration(const json& tool, const std::string& where, s
     if (truthy(desc)) {
       GEM_ASSIGN_OR_RETURN(std::string d, py_str(*desc, at_key(rw, "description")));
       out += "description:";
-      out += kQ;
+      out.token(g::kStrDelim);
       out += d;
-      out += kQ;
+      out.token(g::kStrDelim);
       out += ',';
     }
     if (const json* type = get(*resp, "type")) {
       GEM_ASSIGN_OR_RETURN(std::string up, py_upper(*type, at_key(rw, "type")));
       if (up == "OBJECT") {
         out += "type:";
-        out += kQ;
+        out.token(g::kStrDelim);
         out += "OBJECT";
-        out += kQ;
+        out.token(g::kStrDelim);
         out += '}';
       }
     }
@@ -590,10 +604,12 @@ std::string strip_thinking(std::string_view text) {
 
 // format_tool_response_block(tool_name, response)
 Status format_tool_response(const std::string& name, const json& response, const std::string& where,
-                            std::string& out) {
-  out += "<|tool_response>";
+                            Out& out) {
+  out.token(g::kToolRespOpen);
   if (response.is_object()) {
-    out += "response:" + name + "{";
+    out += g::kResponsePrefix;
+    out += name;
+    out += '{';
     bool first = true;
     for (const auto& [key, value] : dictsort(response)) {
       if (!first) out += ',';
@@ -604,188 +620,14 @@ Status format_tool_response(const std::string& name, const json& response, const
     }
     out += '}';
   } else {
-    out += "response:" + name + "{value:";
+    out += g::kResponsePrefix;
+    out += name;
+    out += "{value:";
     GEM_RETURN_IF_ERROR(format_argument(response, false, where, out));
     out += '}';
   }
-  out += "<tool_response|>";
+  out.token(g::kToolRespClose);
   return ok_status();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Validation: everything the renderer relies on, with messages naming the offending field.
-
-bool is_known_role(const std::string& r) {
-  return r == "system" || r == "developer" || r == "user" || r == "assistant" || r == "tool";
-}
-
-Status validate_content(const json& msg, const std::string& where) {
-  const json* content = get(msg, "content");
-  if (content == nullptr || content->is_null() || content->is_string()) return ok_status();
-  const std::string cw = at_key(where, "content");
-  if (!content->is_array()) return type_error(cw, "a string, null or an array of text parts", *content);
-  for (size_t j = 0; j < content->size(); ++j) {
-    const json& part = (*content)[j];
-    const std::string pw = at_index(cw, j);
-    if (!part.is_object()) return type_error(pw, "a content part object", part);
-    const json* type = get(part, "type");
-    if (type == nullptr || !type->is_string()) {
-      return errorf("%s: a content part needs a string \"type\"", pw.c_str());
-    }
-    const std::string& t = type->get_ref<const std::string&>();
-    if (t != "text") {
-      return errorf("%s: content part type \"%s\" is not supported (gem serves text only: "
-                    "images, audio and video are rejected)", pw.c_str(), t.c_str());
-    }
-    const json* text = get(part, "text");
-    if (text == nullptr || !text->is_string()) {
-      return errorf("%s: a text part needs a string \"text\"", pw.c_str());
-    }
-  }
-  return ok_status();
-}
-
-// Parses string arguments into the object the template needs (as transformers passes them).
-Result<json> normalize_arguments(const json* args, const std::string& where) {
-  if (args == nullptr || args->is_null() || args->is_object()) {
-    return args == nullptr ? json() : *args;
-  }
-  if (!args->is_string()) return type_error(where, "a JSON object or a string holding one", *args);
-  const std::string& s = args->get_ref<const std::string&>();
-  if (py_strip(s).empty()) return json::object();
-  json parsed = json::parse(s, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded() || !parsed.is_object()) {
-    return errorf("%s: the arguments string must hold a JSON object, got \"%.80s\"", where.c_str(),
-                  s.c_str());
-  }
-  return parsed;
-}
-
-Status validate_tools(const json& tools) {
-  if (tools.is_null()) return ok_status();
-  if (!tools.is_array()) return type_error("tools", "an array of tool objects", tools);
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& tool = tools[i];
-    const std::string tw = at_index("tools", i);
-    if (!tool.is_object()) return type_error(tw, "a tool object", tool);
-    if (const json* type = get(tool, "type")) {
-      if (!type->is_string() || type->get_ref<const std::string&>() != "function") {
-        return errorf("%s.type: only \"function\" tools are supported, got %s", tw.c_str(),
-                      type->dump().c_str());
-      }
-    }
-    const json* fn = get(tool, "function");
-    if (fn == nullptr) return errorf("%s: missing \"function\"", tw.c_str());
-    const std::string fw = at_key(tw, "function");
-    if (!fn->is_object()) return type_error(fw, "an object", *fn);
-    const json* name = get(*fn, "name");
-    if (name == nullptr || !name->is_string() || name->get_ref<const std::string&>().empty()) {
-      return errorf("%s: a function needs a non-empty string \"name\"", fw.c_str());
-    }
-    if (const json* desc = get(*fn, "description")) {
-      if (!desc->is_string() && !desc->is_null()) {
-        return type_error(at_key(fw, "description"), "a string", *desc);
-      }
-    }
-    if (const json* params = get(*fn, "parameters")) {
-      const std::string pw = at_key(fw, "parameters");
-      if (!params->is_null() && !params->is_object()) return type_error(pw, "a JSON schema object", *params);
-      if (params->is_object()) {
-        if (const json* props = get(*params, "properties")) {
-          if (!props->is_null() && !props->is_object()) {
-            return type_error(at_key(pw, "properties"), "an object of property schemas", *props);
-          }
-        }
-        if (const json* req = get(*params, "required")) {
-          if (!req->is_null() && !req->is_array()) {
-            return type_error(at_key(pw, "required"), "an array of property names", *req);
-          }
-        }
-      }
-    }
-    if (const json* resp = get(*fn, "response")) {
-      if (!resp->is_null() && !resp->is_object()) {
-        return type_error(at_key(fw, "response"), "a schema object", *resp);
-      }
-    }
-  }
-  return ok_status();
-}
-
-// Checks the messages and returns a copy whose tool-call arguments are objects.
-Result<json> validate_messages(const json& messages) {
-  if (!messages.is_array()) return type_error("messages", "an array", messages);
-  if (messages.empty()) return errorf("messages: expected at least one message, got none");
-  json out = messages;
-  for (size_t i = 0; i < out.size(); ++i) {
-    json& msg = out[i];
-    const std::string mw = at_index("messages", i);
-    if (!msg.is_object()) return type_error(mw, "a message object", msg);
-    const json* role = get(msg, "role");
-    if (role == nullptr || !role->is_string()) return errorf("%s: a message needs a string \"role\"", mw.c_str());
-    const std::string r = role->get<std::string>();
-    if (!is_known_role(r)) {
-      return errorf("%s.role: expected system, developer, user, assistant or tool, got \"%s\"",
-                    mw.c_str(), r.c_str());
-    }
-    GEM_RETURN_IF_ERROR(validate_content(msg, mw));
-    if (i == 0 && (r == "system" || r == "developer")) {
-      const json* content = get(msg, "content");
-      if (content != nullptr && content->is_array()) {
-        return errorf("%s.content: the Gemma 4 template prints a leading %s message's content "
-                      "as a Python string, so an array of parts would render as its repr; "
-                      "send a string", mw.c_str(), r.c_str());
-      }
-    }
-    for (const char* key : {"reasoning", "reasoning_content"}) {
-      const json* v = get(msg, key);
-      if (v != nullptr && !v->is_null() && !v->is_string()) return type_error(at_key(mw, key), "a string", *v);
-    }
-    const json* calls = get(msg, "tool_calls");
-    if (calls != nullptr && !calls->is_null()) {
-      const std::string cw = at_key(mw, "tool_calls");
-      if (r != "assistant") return errorf("%s: only assistant messages may carry tool calls", cw.c_str());
-      if (!calls->is_array()) return type_error(cw, "an array of tool calls", *calls);
-      for (size_t j = 0; j < calls->size(); ++j) {
-        json& call = msg["tool_calls"][j];
-        const std::string callw = at_index(cw, j);
-        if (!call.is_object()) return type_error(callw, "a tool call object", call);
-        if (const json* id = get(call, "id")) {
-          if (!id->is_null() && !id->is_string()) return type_error(at_key(callw, "id"), "a string", *id);
-        }
-        json* fn = call.contains("function") ? &call["function"] : nullptr;
-        if (fn == nullptr || !fn->is_object()) {
-          return errorf("%s: a tool call needs a \"function\" object", callw.c_str());
-        }
-        const json* name = get(*fn, "name");
-        if (name == nullptr || !name->is_string() || name->get_ref<const std::string&>().empty()) {
-          return errorf("%s.function: a tool call needs a non-empty string \"name\"", callw.c_str());
-        }
-        GEM_ASSIGN_OR_RETURN(json args, normalize_arguments(get(*fn, "arguments"),
-                                                            at_key(callw, "function.arguments")));
-        if (fn->contains("arguments")) (*fn)["arguments"] = std::move(args);
-      }
-    }
-    const json* responses = get(msg, "tool_responses");
-    if (responses != nullptr && !responses->is_null()) {
-      const std::string rw = at_key(mw, "tool_responses");
-      if (r != "assistant") return errorf("%s: only assistant messages may carry tool_responses", rw.c_str());
-      if (!responses->is_array()) return type_error(rw, "an array", *responses);
-      for (size_t j = 0; j < responses->size(); ++j) {
-        const json& tr = (*responses)[j];
-        if (!tr.is_object()) return type_error(at_index(rw, j), "an object", tr);
-        const json* name = get(tr, "name");
-        if (name != nullptr && !name->is_string()) return type_error(at_index(rw, j) + ".name", "a string", *name);
-      }
-    }
-    if (r == "tool") {
-      for (const char* key : {"tool_call_id", "name"}) {
-        const json* v = get(msg, key);
-        if (v != nullptr && !v->is_null() && !v->is_string()) return type_error(at_key(mw, key), "a string", *v);
-      }
-    }
-  }
-  return out;
 }
 
 // Python's `a == b` for the id match (None == None is true; missing reads as None).
@@ -799,51 +641,68 @@ bool ids_equal(const json* a, const json* b) {
 // What thinking off appends to the generation prompt: an empty thought channel.
 constexpr std::string_view kEmptyThought = "<|channel>thought\n<channel|>";
 
+// The generation prompt: "<|turn>model\n", and with thinking off the empty thought channel.
+void generation_prompt(bool thinking, Out& out) {
+  out.token(g::kTurnOpen);
+  out += g::kModelRole;
+  out += '\n';
+  if (!thinking) {
+    out.token(g::kChannelOpen);
+    out += g::kThoughtWord;
+    out += '\n';
+    out.token(g::kChannelClose);
+  }
+}
+
 struct Rendered {
-  std::string text;
-  std::string prefix;  // what the generation prompt appended
+  Prompt prompt;
+  size_t prefix_bytes = 0;  // how much of the text the generation prompt appended
 };
 
-Result<Rendered> render_impl(const json& messages_in, const json& tools, const RenderOptions& opt) {
-  GEM_RETURN_IF_ERROR(validate_tools(tools));
-  GEM_ASSIGN_OR_RETURN(json messages, validate_messages(messages_in));
+Result<Rendered> render_impl(const json& messages_in, const json& tools_in, const RenderOptions& opt) {
+  GEM_ASSIGN_OR_RETURN(const json tools, validate_tools(tools_in));
+  GEM_ASSIGN_OR_RETURN(const json messages, validate_messages(messages_in));
 
-  std::string out;
-  if (opt.emit_bos_text) out += "<bos>";
+  Out out;
+  if (opt.emit_bos_text) out.token(g::kBos);
   std::string prev_type;  // ns.prev_message_type ("" = None)
   const bool have_tools = truthy(&tools);
-  const std::string first_role = messages[0]["role"].get<std::string>();
-  const bool leading_system = first_role == "system" || first_role == "developer";
+  // validate_messages() renamed developer to system.
+  const bool leading_system = messages[0]["role"] == "system";
   size_t start = 0;  // loop_messages = messages[start:]
   if (opt.enable_thinking || have_tools || leading_system) {
-    out += "<|turn>system\n";
+    out.token(g::kTurnOpen);
+    out += "system\n";
     if (opt.enable_thinking) {
-      out += "<|think|>\n";
+      out.token(g::kThink);
+      out += '\n';
       prev_type = "think";
     }
     if (leading_system) {
-      const json* content = get(messages[0], "content");
-      // `content | trim` prints Python's str(): a null content becomes "None".
-      GEM_ASSIGN_OR_RETURN(std::string s, py_str(content ? *content : json(), "messages[0].content"));
-      if (content == nullptr) s.clear();  // Undefined prints as ""
-      out += py_strip(s);
+      // `content | trim`; the content is a string or null (validate_messages()), and null
+      // prints as Python's str(None).
+      const json& content = messages[0]["content"];
+      out += py_strip(content.is_string() ? content.get_ref<const std::string&>() : "None");
       start = 1;
     }
     if (have_tools) {
       for (size_t i = 0; i < tools.size(); ++i) {
-        std::string decl;
-        GEM_RETURN_IF_ERROR(format_function_declaration(tools[i], at_index("tools", i), decl));
-        out += "<|tool>";
-        out += py_strip(decl);
-        out += "<tool|>";
+        // `format_function_declaration(tool) | trim`: the declaration starts with
+        // "declaration:" and ends with '}', so the trim changes nothing.
+        out.token(g::kToolDeclOpen);
+        GEM_RETURN_IF_ERROR(format_function_declaration(tools[i], at_index("tools", i), out));
+        out.token(g::kToolDeclClose);
       }
       prev_type = "tool";
     }
-    out += "<turn|>\n";
+    out.token(g::kTurnClose);
+    out += '\n';
   }
 
   const size_t n = messages.size();
-  auto role_of = [&](size_t i) { return messages[i]["role"].get<std::string>(); };
+  auto role_of = [&](size_t i) -> const std::string& {
+    return messages[i]["role"].get_ref<const std::string&>();
+  };
   // Pre-scan: the last user message (index into loop_messages, -1 if none).
   long last_user = -1;
   for (size_t i = start; i < n; ++i) {
@@ -855,12 +714,12 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
 
   for (size_t i = start; i < n; ++i) {
     const json& msg = messages[i];
-    const std::string mrole = role_of(i);
+    const std::string& mrole = role_of(i);
     if (mrole == "tool") continue;
     const std::string mw = at_index("messages", i);
     const long idx = static_cast<long>(i - start);
     prev_type.clear();
-    const std::string role = mrole == "assistant" ? "model" : mrole;
+    const std::string role = mrole == "assistant" ? std::string(g::kModelRole) : mrole;
     std::string prev_nt;
     for (size_t j = i; j > start; --j) {
       if (role_of(j - 1) != "tool") {
@@ -868,31 +727,44 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
         break;
       }
     }
-    if (!(role == "model" && prev_nt == "assistant")) out += "<|turn>" + role + "\n";
+    if (!(role == g::kModelRole && prev_nt == "assistant")) {
+      out.token(g::kTurnOpen);
+      out += role;
+      out += '\n';
+    }
 
     const json* calls = get(msg, "tool_calls");
     const bool has_calls = truthy(calls);
     const json* reasoning = get(msg, "reasoning");
     const json* thinking = truthy(reasoning) ? reasoning : get(msg, "reasoning_content");
     if (truthy(thinking) && idx > last_user && has_calls) {
-      out += "<|channel>thought\n" + thinking->get<std::string>() + "\n<channel|>";
+      out.token(g::kChannelOpen);
+      out += g::kThoughtWord;
+      out += '\n';
+      out += thinking->get_ref<const std::string&>();
+      out += '\n';
+      out.token(g::kChannelClose);
     }
     if (has_calls) {
-      for (const json& call : *calls) {
-        const json& fn = call["function"];
-        out += "<|tool_call>call:" + fn["name"].get<std::string>() + "{";
+      for (size_t c = 0; c < calls->size(); ++c) {
+        const json& fn = (*calls)[c]["function"];
+        out.token(g::kToolCallOpen);
+        out += g::call_header(fn["name"].get_ref<const std::string&>());
         const json* args = get(fn, "arguments");
         if (args != nullptr && args->is_object()) {
+          const std::string aw = at_key(at_key(at_index(at_key(mw, "tool_calls"), c), "function"),
+                                        "arguments");
           bool first = true;
           for (const auto& [key, value] : dictsort(*args)) {
             if (!first) out += ',';
             first = false;
             out += *key;
             out += ':';
-            GEM_RETURN_IF_ERROR(format_argument(*value, false, mw + ".tool_calls.arguments." + *key, out));
+            GEM_RETURN_IF_ERROR(format_argument(*value, false, at_key(aw, *key), out, 1));
           }
         }
-        out += "}<tool_call|>";
+        out += g::kArgsClose;
+        out.token(g::kToolCallClose);
       }
       prev_type = "tool_call";
     }
@@ -906,7 +778,9 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
         const json* resp = get(tr, "response");
         GEM_RETURN_IF_ERROR(format_tool_response(name ? name->get<std::string>() : "unknown",
                                                  resp ? *resp : json(),
-                                                 at_index(mw + ".tool_responses", k), out));
+                                                 at_key(at_index(at_key(mw, "tool_responses"), k),
+                                                        "response"),
+                                                 out));
         responses_out = true;
         prev_type = "tool_response";
       }
@@ -916,7 +790,8 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
         const std::string fw = at_index("messages", k);
         const json* follow_id = get(follow, "tool_call_id");
         const json* follow_name = get(follow, "name");
-        std::string name = follow_name ? follow_name->get<std::string>() : "unknown";
+        const bool named = follow_name != nullptr && follow_name->is_string();
+        std::string name = named ? follow_name->get<std::string>() : "unknown";
         bool matched = false;
         for (const json& tc : *calls) {
           if (ids_equal(get(tc, "id"), follow_id)) {
@@ -925,23 +800,16 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
           }
         }
         if (!matched && follow_id != nullptr && !follow_id->is_null()) {
-          return errorf("%s: tool_call_id \"%s\" matches none of the calls in messages[%zu].tool_calls",
-                        fw.c_str(), follow_id->get<std::string>().c_str(), i);
+          return errorf("%s.tool_call_id: expected the id of one of the calls in "
+                        "messages[%zu].tool_calls, got \"%s\"", fw.c_str(), i,
+                        follow_id->get<std::string>().c_str());
         }
-        if (!matched && follow_name == nullptr) {
+        if (!matched && !named) {
           return errorf("%s: a tool result needs a tool_call_id matching a call of messages[%zu] "
-                        "(or a \"name\")", fw.c_str(), i);
+                        "(or a \"name\"), got neither", fw.c_str(), i);
         }
-        const json* body = get(follow, "content");
-        json response;
-        if (body != nullptr && body->is_array()) {
-          std::string joined;
-          for (const json& part : *body) joined += part["text"].get<std::string>();
-          response = joined;
-        } else if (body != nullptr) {
-          response = *body;
-        }
-        GEM_RETURN_IF_ERROR(format_tool_response(name, response, fw + ".content", out));
+        // The content is a string or null (validate_messages() joined any parts).
+        GEM_RETURN_IF_ERROR(format_tool_response(name, follow["content"], at_key(fw, "content"), out));
         tool_consumed[k] = true;
         responses_out = true;
         prev_type = "tool_response";
@@ -951,18 +819,14 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
     const json* content = get(msg, "content");
     if (content != nullptr && content->is_string()) {
       const std::string& s = content->get_ref<const std::string&>();
-      out += role == "model" ? strip_thinking(s) : py_strip(s);
-    } else if (content != nullptr && content->is_array()) {
-      for (const json& part : *content) {
-        const std::string& s = part["text"].get_ref<const std::string&>();
-        out += role == "model" ? strip_thinking(s) : py_strip(s);
-      }
+      out += role == g::kModelRole ? strip_thinking(s) : py_strip(s);
     }
 
     if (prev_type == "tool_call" && !responses_out) {
-      out += "<|tool_response>";
+      out.token(g::kToolRespOpen);
     } else if (!(responses_out && !truthy(content))) {
-      out += "<turn|>\n";
+      out.token(g::kTurnClose);
+      out += '\n';
     }
   }
 
@@ -974,42 +838,88 @@ Result<Rendered> render_impl(const json& messages_in, const json& tools, const R
     }
   }
 
-  std::string prefix;
+  const size_t before_prefix = out.text().size();
   if (opt.add_generation_prompt) {
     if (prev_type != "tool_response" && prev_type != "tool_call") {
-      prefix = "<|turn>model\n";
-      if (!opt.enable_thinking) prefix += kEmptyThought;
-    } else if (opt.reopen_model_turn && out.size() >= 8 &&
-               out.compare(out.size() - 8, 8, "<turn|>\n") == 0) {
+      generation_prompt(opt.enable_thinking, out);
+    } else if (opt.reopen_model_turn && out.ends_with("<turn|>\n")) {
       // llama.cpp's fix (common_chat_params_init_gemma4): the template closed the model turn
       // (text after tool results) but opened no new one.
-      prefix = "<|turn>model\n";
-      if (!opt.enable_thinking) prefix += kEmptyThought;
+      generation_prompt(opt.enable_thinking, out);
     }
   }
-  out += prefix;
-  return Rendered{std::move(out), std::move(prefix)};
+  const size_t prefix_bytes = out.text().size() - before_prefix;
+  const size_t history = history_size(out.text(), opt);
+  return Rendered{out.take(history), prefix_bytes};
 }
 
 }  // namespace
 
+namespace detail {
+std::string python_strip(std::string_view s) { return py_strip(s); }
+}  // namespace detail
+
 Result<std::string> render(const nlohmann::json& messages, const nlohmann::json& tools,
                            const RenderOptions& options) {
   GEM_ASSIGN_OR_RETURN(Rendered r, render_impl(messages, tools, options));
-  return std::move(r.text);
+  return std::move(r.prompt.text);
+}
+
+Result<Prompt> render_prompt(const nlohmann::json& messages, const nlohmann::json& tools,
+                             const RenderOptions& options) {
+  GEM_ASSIGN_OR_RETURN(Rendered r, render_impl(messages, tools, options));
+  return std::move(r.prompt);
 }
 
 std::string generation_prefix(const nlohmann::json& messages, const RenderOptions& options) {
   RenderOptions opt = options;
   opt.add_generation_prompt = true;
   auto r = render_impl(messages, nlohmann::json(), opt);
-  return r.ok() ? r->prefix : std::string();
+  if (!r.ok()) return std::string();
+  const std::string& text = r->prompt.text;
+  return text.substr(text.size() - r->prefix_bytes);
 }
 
 size_t history_size(std::string_view rendered, const RenderOptions& options) {
   if (!options.add_generation_prompt || options.enable_thinking) return rendered.size();
   return rendered.ends_with(kEmptyThought) ? rendered.size() - kEmptyThought.size()
                                            : rendered.size();
+}
+
+PromptTokens tokenize_prompt(const Prompt& prompt, const Tokenizer& tokenizer, bool add_bos) {
+  PromptTokens out;
+  if (add_bos) out.ids.push_back(tokenizer.bos_id());
+  const std::string_view text(prompt.text);
+  const size_t history = std::min(prompt.history_bytes, text.size());
+  size_t pos = 0;
+  bool history_done = false;
+  Tokenizer::TextMemo memo;  // the messages share their words
+  // Text [pos, end) as plain text, cut at the history boundary (where n_history is taken).
+  auto text_until = [&](size_t end) {
+    if (!history_done && end >= history) {
+      if (history > pos) tokenizer.encode_text(text.substr(pos, history - pos), out.ids, &memo);
+      pos = std::max(pos, history);
+      out.n_history = static_cast<int>(out.ids.size());
+      history_done = true;
+    }
+    if (end > pos) tokenizer.encode_text(text.substr(pos, end - pos), out.ids, &memo);
+    pos = std::max(pos, end);
+  };
+  for (const auto& [offset, length] : prompt.controls) {
+    text_until(offset);
+    const std::string_view control = text.substr(offset, length);
+    const int32_t id = tokenizer.find_token(control);
+    if (id < 0) {
+      // A vocabulary without the token (never Gemma 4's): its text as any prompt reads it.
+      const std::vector<int32_t> ids = tokenizer.encode(control, false, /*parse_special=*/true);
+      out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    } else if (!(add_bos && id == tokenizer.bos_id() && out.ids.size() == 1)) {
+      out.ids.push_back(id);  // (exactly one <bos> leads)
+    }
+    pos = offset + length;
+  }
+  text_until(text.size());
+  return out;
 }
 
 }  // namespace gem::chat

@@ -1,14 +1,26 @@
 // Chat formatting: OpenAI messages + tools -> the Gemma 4 prompt, byte for byte what the official
-// template (google-gemma-4-31B-it.jinja) renders through a real Jinja engine (spec §6).
+// template (google-gemma-4-31B-it.jinja) renders through a real Jinja engine (spec §6) for the
+// messages as validate_messages() normalises them (text parts joined, developer as system).
 // Input gem cannot honour (image/audio parts, unknown roles, malformed tool schemas, tool
-// results without a matching call) is an error, never a silent drop.
+// results without a matching call, nesting deeper than kMaxJsonDepth) is an error, never a
+// silent drop.
+//
+// Text inside messages is text: render_prompt() records which bytes are the control tokens the
+// format itself inserted, and tokenize_prompt() encodes everything else with no special-token
+// parsing, so content that spells "<turn|><|turn>system" or "<|tool_call>" cannot open or close
+// turns. For prompts whose content spells no control token, the ids equal those of encoding
+// the whole text with special-token parsing on.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gem::chat {
 
@@ -24,9 +36,30 @@ struct RenderOptions {
   bool reopen_model_turn = false;
 };
 
-// `messages`: the OpenAI array; `tools`: the OpenAI tools array (or null / empty).
+// `messages`: the OpenAI array; `tools`: the OpenAI tools array (or null / empty). Both go
+// through validate_messages() / validate_tools() (validate.h) first.
 Result<std::string> render(const nlohmann::json& messages, const nlohmann::json& tools,
                            const RenderOptions& options);
+
+// A rendered prompt with its control tokens marked.
+struct Prompt {
+  std::string text;  // render()'s text
+  // [offset, length) of each control token the format inserted (<|turn>, <|"|>, ...), in
+  // order. Every other byte is text: message content, names, arguments, the template's words.
+  std::vector<std::pair<size_t, size_t>> controls;
+  size_t history_bytes = 0;  // history_size(text, options)
+};
+Result<Prompt> render_prompt(const nlohmann::json& messages, const nlohmann::json& tools,
+                             const RenderOptions& options);
+
+struct PromptTokens {
+  std::vector<int32_t> ids;
+  int n_history = 0;  // leading ids that encode the first history_bytes (<bos> included)
+};
+// The prompt's token ids: each control range becomes its token, the text between is encoded
+// with Tokenizer::encode_text (nothing in it is read as a special token). With add_bos exactly
+// one <bos> leads (a rendered "<bos>" is not doubled).
+PromptTokens tokenize_prompt(const Prompt& prompt, const Tokenizer& tokenizer, bool add_bos);
 
 // The text the template appends as the generation prompt for these options
 // ("<|turn>model\n" plus, with thinking off, the empty thought channel), or "" when the

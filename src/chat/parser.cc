@@ -69,8 +69,12 @@
 #include <string_view>
 #include <utility>
 
+#include "chat/grammar.h"
+
 namespace gem::chat {
 namespace {
+
+namespace g = grammar;
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -270,10 +274,10 @@ struct OutputParser::State {
           emit(EventKind::kContent, t, -1);
           return;
         case Mode::kStartTurn: {
-          constexpr std::string_view kModel = "model\n";
+          const std::string kModel = std::string(g::kModelRole) + "\n";
           held += t;
           if (held.size() < kModel.size()) {
-            if (kModel.substr(0, held.size()) != held) end_message();
+            if (kModel.compare(0, held.size(), held) != 0) end_message();
             return;
           }
           if (held.compare(0, kModel.size(), kModel) != 0) {
@@ -287,7 +291,7 @@ struct OutputParser::State {
           return;
         }
         case Mode::kChannelHeader: {
-          constexpr std::string_view kThoughtWord = "thought";
+          constexpr std::string_view kThoughtWord = g::kThoughtWord;
           held += t;
           if (held.size() < kThoughtWord.size()) {
             if (kThoughtWord.substr(0, held.size()) != held) not_a_thought();
@@ -441,7 +445,7 @@ struct OutputParser::State {
   void call_char(char c) {
     switch (phase) {
       case CallPhase::kPrefix: {
-        constexpr std::string_view kCall = "call:";
+        constexpr std::string_view kCall = g::kCallPrefix;
         buf += c;
         if (kCall.substr(0, buf.size()) != buf) {
           phase = CallPhase::kDead;
@@ -452,7 +456,7 @@ struct OutputParser::State {
         return;
       }
       case CallPhase::kName:
-        if (c == '{') {
+        if (c == g::kArgsOpen) {
           if (name.empty()) {
             phase = CallPhase::kDead;
             return;
@@ -463,7 +467,7 @@ struct OutputParser::State {
           open('{');
           return;
         }
-        if (is_ws(c) || c == ',' || c == ':' || c == '}' || c == '[' || c == ']') {
+        if (g::is_name_breaker(c)) {
           phase = CallPhase::kDead;
           return;
         }

@@ -64,9 +64,10 @@ int run(const RunFlags& f) {
     ro.enable_thinking = f.think;
     ro.emit_bos_text = false;  // the tokenizer adds exactly one <bos>
     nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
-    auto rendered = chat::render(messages, nlohmann::json::array(), ro);
+    auto rendered = chat::render_prompt(messages, nlohmann::json::array(), ro);
     if (!rendered.ok()) return fail(cmd, rendered.message());
-    ids = (*tokenizer)->encode(*rendered, /*add_bos=*/true, /*parse_special=*/true);
+    // The prompt's text is the user's: tokenized as text, it cannot spell control tokens.
+    ids = chat::tokenize_prompt(*rendered, **tokenizer, /*add_bos=*/true).ids;
   }
 
   const model::Config& cfg = (*model)->config;

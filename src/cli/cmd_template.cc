@@ -1,5 +1,6 @@
-// `gem template`: an OpenAI chat request on stdin -> the Gemma 4 prompt gem renders for it (the
-// official template's text, byte for byte), or its token ids with exactly one <bos>.
+// `gem template`: an OpenAI chat request on stdin -> the Gemma 4 prompt gem serve renders for it
+// (the official template's text, byte for byte, for the validated messages), or its token ids
+// with exactly one <bos>, tokenized as the server does (message text as text).
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -10,6 +11,7 @@
 
 #include "base/status.h"
 #include "chat/chat.h"
+#include "chat/validate.h"
 #include "cli/command.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -26,39 +28,20 @@ struct TemplateArgs {
   bool reopen_turn = false;
 };
 
-// The request fields that shape the prompt: messages, tools, thinking, generation prompt.
-Status read_request(const json& req, bool default_thinking, json* messages, json* tools,
-                    chat::RenderOptions* opt) {
-  if (!req.is_object()) return Status::error("the request must be a JSON object");
-  if (!req.contains("messages")) return Status::error("the request has no \"messages\"");
-  *messages = req["messages"];
-  *tools = req.contains("tools") ? req["tools"] : json();
-  opt->enable_thinking = default_thinking;
-  if (req.contains("chat_template_kwargs")) {
-    const json& kw = req["chat_template_kwargs"];
-    if (!kw.is_object()) return Status::error("chat_template_kwargs: expected an object");
-    if (kw.contains("enable_thinking")) {
-      if (!kw["enable_thinking"].is_boolean()) {
-        return errorf("chat_template_kwargs.enable_thinking: expected true or false, got %s",
-                      kw["enable_thinking"].dump().c_str());
-      }
-      opt->enable_thinking = kw["enable_thinking"].get<bool>();
-    }
-  }
-  if (req.contains("reasoning_effort")) {
-    const json& effort = req["reasoning_effort"];
-    if (!effort.is_string() && !effort.is_null()) {
-      return errorf("reasoning_effort: expected a string, got %s", effort.dump().c_str());
-    }
-    if (effort.is_string() && effort.get<std::string>() == "none") opt->enable_thinking = false;
-  }
-  if (req.contains("add_generation_prompt")) {
+// The request fields that shape the prompt, read by the server's validator
+// (chat::read_chat_input), plus the one option only this command has.
+Result<chat::ChatInput> read_request(const json& req, bool default_thinking,
+                                     chat::RenderOptions* opt) {
+  GEM_ASSIGN_OR_RETURN(chat::ChatInput in, chat::read_chat_input(req, default_thinking));
+  opt->enable_thinking = in.enable_thinking;
+  if (req.contains("add_generation_prompt") && !req["add_generation_prompt"].is_null()) {
     if (!req["add_generation_prompt"].is_boolean()) {
-      return Status::error("add_generation_prompt: expected true or false");
+      return errorf("add_generation_prompt: expected true or false, got %s",
+                    req["add_generation_prompt"].dump().c_str());
     }
     opt->add_generation_prompt = req["add_generation_prompt"].get<bool>();
   }
-  return ok_status();
+  return in;
 }
 
 RunFn setup_template(CLI::App& sub) {
@@ -66,8 +49,9 @@ RunFn setup_template(CLI::App& sub) {
   sub.add_option("-m,--model", a->model, "Gemma 4 GGUF (only its tokenizer is read; needed for --ids)");
   sub.add_flag("--ids", a->ids, "print the prompt's token ids (one <bos>), as a list like [2, 105]");
   sub.add_flag("--no-thinking", a->no_thinking,
-               "thinking off unless the request asks (chat_template_kwargs.enable_thinking); "
-               "reasoning_effort \"none\" always turns it off");
+               "thinking off unless the request asks (chat_template_kwargs.enable_thinking, "
+               "which decides when given; otherwise reasoning_effort \"none\" turns it off), "
+               "as gem serve reads it");
   sub.add_flag("--reopen-turn", a->reopen_turn,
                "open a new model turn where the template closed it after tool results "
                "(what gem serve does; see chat::RenderOptions::reopen_model_turn)");
@@ -75,17 +59,16 @@ RunFn setup_template(CLI::App& sub) {
     const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     const json req = json::parse(input, nullptr, /*allow_exceptions=*/false);
     if (req.is_discarded()) return fail("template", "stdin is not valid JSON");
-    json messages, tools;
     chat::RenderOptions opt;
     opt.reopen_model_turn = a->reopen_turn;
-    const Status st = read_request(req, !a->no_thinking, &messages, &tools, &opt);
-    if (!st.ok()) return fail("template", st.message());
+    auto in = read_request(req, !a->no_thinking, &opt);
+    if (!in.ok()) return fail("template", in.message());
     // With --ids the tokenizer adds the one <bos>, so the template's "<bos>" text is left out.
     opt.emit_bos_text = !a->ids;
-    auto prompt = chat::render(messages, tools, opt);
+    auto prompt = chat::render_prompt(in->messages, in->tools, opt);
     if (!prompt.ok()) return fail("template", prompt.message());
     if (!a->ids) {
-      std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+      std::fwrite(prompt->text.data(), 1, prompt->text.size(), stdout);
       return 0;
     }
     if (a->model.empty()) return fail("template", "--ids needs -m MODEL.gguf (for its tokenizer)");
@@ -93,7 +76,8 @@ RunFn setup_template(CLI::App& sub) {
     if (!file.ok()) return fail("template", file.message());
     auto tok = Tokenizer::from_gguf(**file);
     if (!tok.ok()) return fail("template", tok.message());
-    const std::vector<int32_t> ids = (*tok)->encode(*prompt, /*add_bos=*/true, /*parse_special=*/true);
+    // As gem serve tokenizes it: message text as text, one <bos>.
+    const std::vector<int32_t> ids = chat::tokenize_prompt(*prompt, **tok, /*add_bos=*/true).ids;
     std::string line = "[";
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i > 0) line += ", ";

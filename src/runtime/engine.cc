@@ -14,10 +14,6 @@
 namespace gem::runtime {
 namespace {
 
-bool is_cancel_status(const Status& st) {
-  return !st.ok() && st.message().rfind("cancelled", 0) == 0;
-}
-
 double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -81,9 +77,9 @@ Status Engine::eval_prompt(std::span<const int32_t> prompt, int from, int to,
     return true;
   };
   Status st = backend_->eval(prompt.subspan(from, to - from), /*all_logits=*/false, on_tile);
-  if (cancel_requested && !is_cancel_status(st)) {
-    return errorf("cancelled after %d of %d prompt tokens", to, n);
-  }
+  // A backend that saw the refusal only after its last tile finishes normally; the request is
+  // cancelled all the same.
+  if (cancel_requested && st.ok()) return cancelledf("cancelled after %d of %d prompt tokens", to, n);
   return st;
 }
 
@@ -122,7 +118,7 @@ Result<bool> Engine::prefill(const GenerateRequest& request, const GenerateCallb
   const std::span<const int32_t> tokens(prompt);
   if (boundary > start) {
     Status st = eval_prompt(tokens, start, boundary, cb);
-    if (is_cancel_status(st)) {
+    if (st.is_cancelled()) {
       // Put the state back as if this request had never run.
       if (extends) {
         rollback();
@@ -148,7 +144,7 @@ Result<bool> Engine::prefill(const GenerateRequest& request, const GenerateCallb
   }
   // The generation prompt, after the checkpoint: rolled back with the output afterwards.
   Status st = eval_prompt(tokens, boundary, n, cb);
-  if (is_cancel_status(st)) {
+  if (st.is_cancelled()) {
     rollback();  // back to the boundary: the new history stays cached
     return false;
   }

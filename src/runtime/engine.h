@@ -118,7 +118,7 @@ class Engine {
   // did not land there (it dropped its checkpoint).
   void rollback();
   // Evaluates prompt[from, to) on top of the cache, reporting progress over the whole prompt.
-  // A cancellation comes back as a status whose message starts with "cancelled".
+  // A cancellation comes back as a kCancelled status (Status::is_cancelled).
   Status eval_prompt(std::span<const int32_t> prompt, int from, int to,
                      const GenerateCallbacks& cb);
 

@@ -53,7 +53,7 @@ Status ScriptedBackend::eval(std::span<const int32_t> tokens, bool /*all_logits*
     done += step;
     if (total > 1) sleep_us(scripted_.tile_delay_us);  // prompt tiles only, not decode steps
     if (total > 1 && on_tile && !on_tile(done, total)) {
-      return errorf("cancelled after %d of %d prompt tokens", done, total);
+      return cancelledf("cancelled after %d of %d prompt tokens", done, total);
     }
   }
   if (total > 1) set_prompt_end(n_past());

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
-#include <memory>
+
+#include "chat/chat.h"
+#include "chat/json_util.h"
+#include "chat/validate.h"
 
 namespace gem::server {
 
@@ -37,11 +39,18 @@ const json* field(const json& obj, const char* key) {
   return &*it;
 }
 
-bool read_bool(const json& obj, const char* key, bool* out, ApiError* err) {
+// "WHERE: expected X, got Y" (chat/validate.h's style, which every 400 here follows).
+ApiError type_error(const std::string& where, const char* expected, const json& v) {
+  return bad_request(chat::detail::type_error(where, expected, v).message());
+}
+
+// `where`: the field's path for the message ("stream_options.include_usage"); default the key.
+bool read_bool(const json& obj, const char* key, bool* out, ApiError* err,
+               const char* where = nullptr) {
   const json* v = field(obj, key);
   if (v == nullptr) return true;
   if (!v->is_boolean()) {
-    *err = bad_request(std::string("'") + key + "' must be a boolean, got " + v->type_name());
+    *err = type_error(where ? where : key, "true or false", *v);
     return false;
   }
   *out = v->get<bool>();
@@ -53,13 +62,13 @@ bool read_number(const json& obj, const char* key, float lo, float hi, float* ou
   const json* v = field(obj, key);
   if (v == nullptr) return true;
   if (!v->is_number()) {
-    *err = bad_request(std::string("'") + key + "' must be a number, got " + v->type_name());
+    *err = type_error(key, "a number", *v);
     return false;
   }
   const double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
-    *err = bad_request(strprintf("'%s' must be in [%g, %g], got %g", key, static_cast<double>(lo),
-                                 static_cast<double>(hi), d));
+    *err = bad_request(strprintf("%s: expected a number in [%g, %g], got %g", key,
+                                 static_cast<double>(lo), static_cast<double>(hi), d));
     return false;
   }
   *out = static_cast<float>(d);
@@ -85,208 +94,16 @@ bool read_int(const json& obj, const char* key, int64_t lo, int64_t hi, int64_t*
              std::fabs(v->get<double>()) < 9e15) {
     x = static_cast<int64_t>(v->get<double>());
   } else {
-    *err = bad_request(std::string("'") + key + "' must be an integer, got " + v->type_name());
+    *err = type_error(key, "an integer", *v);
     return false;
   }
   if (x < lo || x > hi) {
-    *err = bad_request(strprintf("'%s' must be in [%lld, %lld], got %lld", key,
+    *err = bad_request(strprintf("%s: expected an integer in [%lld, %lld], got %lld", key,
                                  static_cast<long long>(lo), static_cast<long long>(hi),
                                  static_cast<long long>(x)));
     return false;
   }
   *out = x;
-  return true;
-}
-
-// Content: a string, null, or an array of parts; text parts are joined with "\n" (as
-// llama.cpp's concat_content_parts does); media parts are refused (gem is text-only).
-bool normalise_content(const json& msg, size_t index, json* out, ApiError* err) {
-  const json* c = field(msg, "content");
-  if (c == nullptr) {
-    *out = nullptr;
-    return true;
-  }
-  if (c->is_string()) {
-    *out = *c;
-    return true;
-  }
-  if (!c->is_array()) {
-    *err = bad_request(strprintf("messages[%zu].content must be a string, null or an array of "
-                                 "parts, got %s",
-                                 index, c->type_name()));
-    return false;
-  }
-  std::string text;
-  bool first = true;
-  for (size_t p = 0; p < c->size(); ++p) {
-    const json& part = (*c)[p];
-    const json* type = part.is_object() ? field(part, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].content[%zu] must be an object with a string "
-                                   "'type'",
-                                   index, p));
-      return false;
-    }
-    const std::string t = type->get<std::string>();
-    if (t == "text") {
-      const json* tx = field(part, "text");
-      if (tx == nullptr || !tx->is_string()) {
-        *err = bad_request(strprintf("messages[%zu].content[%zu].text must be a string", index, p));
-        return false;
-      }
-      if (!first) text += '\n';
-      text += tx->get<std::string>();
-      first = false;
-    } else if (t == "image_url" || t == "input_image" || t == "image") {
-      *err = bad_request("image input is not supported: this server runs a text-only model "
-                         "(/props says modalities.vision = false)");
-      return false;
-    } else if (t == "input_audio" || t == "audio") {
-      *err = bad_request("audio input is not supported by this server");
-      return false;
-    } else if (t == "input_video" || t == "video_url" || t == "file") {
-      *err = bad_request("'" + t + "' content is not supported by this server");
-      return false;
-    } else {
-      *err = bad_request(strprintf("messages[%zu].content[%zu]: unsupported part type '%s'",
-                                   index, p, t.c_str()));
-      return false;
-    }
-  }
-  *out = text;
-  return true;
-}
-
-bool validate_messages(const json& body, json* out, ApiError* err) {
-  const json* msgs = field(body, "messages");
-  if (msgs == nullptr) {
-    *err = bad_request("'messages' is required");
-    return false;
-  }
-  if (!msgs->is_array() || msgs->empty()) {
-    *err = bad_request("'messages' must be a non-empty array");
-    return false;
-  }
-  *out = json::array();
-  for (size_t i = 0; i < msgs->size(); ++i) {
-    const json& m = (*msgs)[i];
-    if (!m.is_object()) {
-      *err = bad_request(strprintf("messages[%zu] must be an object, got %s", i, m.type_name()));
-      return false;
-    }
-    const json* role = field(m, "role");
-    if (role == nullptr || !role->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].role must be a string", i));
-      return false;
-    }
-    const std::string r = role->get<std::string>();
-    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
-      *err = bad_request(strprintf("messages[%zu].role '%s' is not one of system, developer, "
-                                   "user, assistant, tool",
-                                   i, r.c_str()));
-      return false;
-    }
-    json msg = m;
-    json content;
-    if (!normalise_content(m, i, &content, err)) return false;
-    msg["content"] = content;
-    const json* calls = field(m, "tool_calls");
-    if (calls != nullptr) {
-      if (r != "assistant" || !calls->is_array()) {
-        *err = bad_request(strprintf("messages[%zu].tool_calls must be an array on an assistant "
-                                     "message",
-                                     i));
-        return false;
-      }
-      for (size_t k = 0; k < calls->size(); ++k) {
-        const json& call = (*calls)[k];
-        const json* fn = call.is_object() ? field(call, "function") : nullptr;
-        const json* name = (fn != nullptr && fn->is_object()) ? field(*fn, "name") : nullptr;
-        if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
-          *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.name must be a "
-                                       "non-empty string",
-                                       i, k));
-          return false;
-        }
-        const json* args = field(*fn, "arguments");
-        if (args != nullptr && !args->is_string() && !args->is_object()) {
-          *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.arguments must be "
-                                       "a string or an object",
-                                       i, k));
-          return false;
-        }
-        if (args != nullptr && args->is_string()) {
-          json parsed = json::parse(args->get<std::string>(), nullptr, false);
-          if (parsed.is_discarded() || !parsed.is_object()) {
-            *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.arguments is not "
-                                         "a JSON object",
-                                         i, k));
-            return false;
-          }
-        }
-      }
-    } else if (m.contains("tool_calls")) {
-      msg.erase("tool_calls");  // null
-    }
-    const json* rc = field(m, "reasoning_content");
-    if (rc != nullptr && !rc->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].reasoning_content must be a string", i));
-      return false;
-    }
-    if (r != "assistant" && content.is_null()) {
-      *err = bad_request(strprintf("messages[%zu] (%s) needs 'content'", i, r.c_str()));
-      return false;
-    }
-    const json* tcid = field(m, "tool_call_id");
-    if (tcid != nullptr && !tcid->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].tool_call_id must be a string", i));
-      return false;
-    }
-    const json* name = field(m, "name");
-    if (name != nullptr && !name->is_string()) {
-      *err = bad_request(strprintf("messages[%zu].name must be a string", i));
-      return false;
-    }
-    out->push_back(std::move(msg));
-  }
-  return true;
-}
-
-bool validate_tools(const json& body, json* out, ApiError* err) {
-  *out = json::array();
-  const json* tools = field(body, "tools");
-  if (tools == nullptr) return true;
-  if (!tools->is_array()) {
-    *err = bad_request("'tools' must be an array");
-    return false;
-  }
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const json& t = (*tools)[i];
-    const json* type = t.is_object() ? field(t, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "function") {
-      *err = bad_request(strprintf("tools[%zu]: only {\"type\": \"function\", ...} tools are "
-                                   "supported",
-                                   i));
-      return false;
-    }
-    const json* fn = field(t, "function");
-    const json* name = (fn != nullptr && fn->is_object()) ? field(*fn, "name") : nullptr;
-    if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
-      *err = bad_request(strprintf("tools[%zu].function.name must be a non-empty string", i));
-      return false;
-    }
-    const json* desc = field(*fn, "description");
-    if (desc != nullptr && !desc->is_string()) {
-      *err = bad_request(strprintf("tools[%zu].function.description must be a string", i));
-      return false;
-    }
-    const json* params = field(*fn, "parameters");
-    if (params != nullptr && !params->is_object()) {
-      *err = bad_request(strprintf("tools[%zu].function.parameters must be an object", i));
-      return false;
-    }
-    out->push_back(t);
-  }
   return true;
 }
 
@@ -296,42 +113,36 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
                         ApiError* err) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    *err = bad_request("the request body is not valid JSON");
+    *err = bad_request("the request body: expected JSON, got text that does not parse as JSON");
     return false;
   }
   if (!j.is_object()) {
-    *err = bad_request(std::string("the request body must be a JSON object, got ") + j.type_name());
+    *err = type_error("the request body", "a JSON object", j);
     return false;
   }
   ChatRequest r;
   r.sampling = defaults;
-  if (!validate_messages(j, &r.messages, err)) return false;
-  if (!validate_tools(j, &r.tools, err)) return false;
+  {
+    Result<chat::ChatInput> in = chat::read_chat_input(j, r.enable_thinking);
+    if (!in.ok()) {
+      *err = bad_request(in.message());
+      return false;
+    }
+    r.messages = std::move(in->messages);
+    r.tools = std::move(in->tools);
+    r.enable_thinking = in->enable_thinking;
+  }
   if (!read_bool(j, "stream", &r.stream, err)) return false;
   if (const json* so = field(j, "stream_options")) {
     if (!so->is_object()) {
-      *err = bad_request("'stream_options' must be an object");
+      *err = type_error("stream_options", "an object", *so);
       return false;
     }
-    if (!read_bool(*so, "include_usage", &r.include_usage, err)) return false;
+    if (!read_bool(*so, "include_usage", &r.include_usage, err, "stream_options.include_usage")) {
+      return false;
+    }
   }
   if (!read_bool(j, "return_progress", &r.return_progress, err)) return false;
-
-  // Thinking: on unless reasoning_effort is "none" or chat_template_kwargs.enable_thinking=false.
-  if (const json* effort = field(j, "reasoning_effort")) {
-    if (!effort->is_string()) {
-      *err = bad_request("'reasoning_effort' must be a string");
-      return false;
-    }
-    if (effort->get<std::string>() == "none") r.enable_thinking = false;
-  }
-  if (const json* kw = field(j, "chat_template_kwargs")) {
-    if (!kw->is_object()) {
-      *err = bad_request("'chat_template_kwargs' must be an object");
-      return false;
-    }
-    if (!read_bool(*kw, "enable_thinking", &r.enable_thinking, err)) return false;
-  }
 
   // Length: max_completion_tokens, max_tokens and n_predict are one limit (-1 = none).
   for (const char* key : {"n_predict", "max_tokens", "max_completion_tokens"}) {
@@ -362,19 +173,20 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
     if (stop->is_string()) {
       if (!stop->get<std::string>().empty()) r.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
-      for (const json& st : *stop) {
+      for (size_t i = 0; i < stop->size(); ++i) {
+        const json& st = (*stop)[i];
         if (!st.is_string()) {
-          *err = bad_request("'stop' must be a string or an array of strings");
+          *err = type_error(strprintf("stop[%zu]", i), "a string", st);
           return false;
         }
         if (!st.get<std::string>().empty()) r.stop.push_back(st.get<std::string>());
       }
       if (r.stop.size() > 16) {
-        *err = bad_request("'stop' holds more than 16 strings");
+        *err = bad_request(strprintf("stop: expected at most 16 strings, got %zu", r.stop.size()));
         return false;
       }
     } else {
-      *err = bad_request("'stop' must be a string or an array of strings");
+      *err = type_error("stop", "a string or an array of strings", *stop);
       return false;
     }
   }
@@ -390,7 +202,7 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
       } else if (v == "required") {
         r.tool_choice = ToolChoice::kRequired;
       } else {
-        *err = bad_request("'tool_choice' must be \"auto\", \"none\", \"required\" or a named "
+        *err = bad_request("tool_choice: expected \"auto\", \"none\", \"required\" or a named "
                            "function, got \"" + v + "\"");
         return false;
       }
@@ -398,7 +210,8 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
       const json* fn = field(*tc, "function");
       const json* name = (fn != nullptr && fn->is_object()) ? field(*fn, "name") : nullptr;
       if (name == nullptr || !name->is_string()) {
-        *err = bad_request("'tool_choice' object needs function.name");
+        *err = bad_request(strprintf("tool_choice.function.name: expected a string, got %s",
+                                     name == nullptr ? "nothing" : chat::detail::type_name(*name)));
         return false;
       }
       r.tool_choice = ToolChoice::kNamed;
@@ -406,12 +219,12 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
       bool found = false;
       for (const json& t : r.tools) found |= t["function"]["name"] == r.tool_name;
       if (!found) {
-        *err = bad_request("'tool_choice' names function '" + r.tool_name +
-                           "', which is not in 'tools'");
+        *err = bad_request("tool_choice.function.name: expected the name of a function in tools, "
+                           "got \"" + r.tool_name + "\"");
         return false;
       }
     } else {
-      *err = bad_request("'tool_choice' must be a string or an object");
+      *err = type_error("tool_choice", "a string or an object", *tc);
       return false;
     }
     if (r.tools.empty() && r.tool_choice != ToolChoice::kNone) r.tool_choice = ToolChoice::kAuto;
@@ -420,28 +233,55 @@ bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
   // Options gem does not implement are refused rather than silently ignored.
   if (const json* n = field(j, "n")) {
     if (!n->is_number_integer() || n->get<int64_t>() != 1) {
-      *err = bad_request("'n' other than 1 is not supported");
+      *err = bad_request(n->is_number_integer()
+                             ? strprintf("n: expected 1 (one choice per request), got %lld",
+                                         static_cast<long long>(n->get<int64_t>()))
+                             : type_error("n", "the integer 1", *n).message);
       return false;
     }
   }
   if (const json* lp = field(j, "logprobs")) {
     if (!lp->is_boolean()) {
-      *err = bad_request("'logprobs' must be a boolean");
+      *err = type_error("logprobs", "true or false", *lp);
       return false;
     }
     if (lp->get<bool>()) {
-      *err = bad_request("'logprobs' is not supported by this server");
+      *err = bad_request("logprobs: expected false, got true (logprobs are not supported by this "
+                         "server)");
       return false;
     }
   }
   if (const json* rf = field(j, "response_format")) {
     const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
     if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-      *err = bad_request("'response_format' other than {\"type\": \"text\"} is not supported");
+      // (The value is not echoed: dumping client JSON recurses.)
+      *err = bad_request(
+          type != nullptr && type->is_string()
+              ? "response_format.type: expected \"text\" (other formats are not supported), got \"" +
+                    type->get<std::string>() + "\""
+              : type_error("response_format", "an object with \"type\": \"text\"", *rf).message);
       return false;
     }
   }
   *out = std::move(r);
+  return true;
+}
+
+bool build_prompt(const ChatRequest& request, const Tokenizer& tokenizer,
+                  std::vector<int32_t>* ids, int* n_history, ApiError* err) {
+  chat::RenderOptions ro;
+  ro.add_generation_prompt = true;
+  ro.enable_thinking = request.enable_thinking;
+  ro.emit_bos_text = false;  // the tokenizer adds <bos> (spec §6.4: no double BOS)
+  ro.reopen_model_turn = true;
+  Result<chat::Prompt> prompt = chat::render_prompt(request.messages, request.tools, ro);
+  if (!prompt.ok()) {
+    *err = bad_request("cannot format the conversation: " + prompt.message());
+    return false;
+  }
+  chat::PromptTokens tokens = chat::tokenize_prompt(*prompt, tokenizer, /*add_bos=*/true);
+  *ids = std::move(tokens.ids);
+  *n_history = tokens.n_history;
   return true;
 }
 
@@ -586,80 +426,6 @@ std::string finish_reason(runtime::FinishReason f, bool stop_string, int n_tool_
     return "length";
   }
   return n_tool_calls > 0 ? "tool_calls" : "stop";
-}
-
-runtime::Constraint make_tool_constraint(ToolChoice choice, const std::string& name,
-                                         bool thinking, const Tokenizer& tokenizer) {
-  constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  if (choice == ToolChoice::kAuto) return {};
-  if (choice == ToolChoice::kNone) {
-    return [kBanned](std::span<float> logits, std::span<const int32_t>) -> int32_t {
-      if (static_cast<size_t>(tok::kToolCallStart) < logits.size()) {
-        logits[tok::kToolCallStart] = kBanned;
-      }
-      return -1;
-    };
-  }
-  // required / named: state tracked incrementally over the generated tokens.
-  struct State {
-    size_t seen = 0;
-    bool in_thought = false;
-    bool in_call = false;
-    int calls_closed = 0;
-    bool name_queued = false;
-    std::deque<int32_t> forced;
-  };
-  auto state = std::make_shared<State>();
-  std::vector<int32_t> name_tokens;
-  if (choice == ToolChoice::kNamed) name_tokens = tokenizer.encode("call:" + name + "{", false, false);
-  const bool named = choice == ToolChoice::kNamed;
-  return [state, name_tokens, named, thinking, kBanned](std::span<float> logits,
-                                                       std::span<const int32_t> gen) -> int32_t {
-    State& s = *state;
-    for (; s.seen < gen.size(); ++s.seen) {
-      const int32_t t = gen[s.seen];
-      if (t == tok::kChannelStart) s.in_thought = true;
-      if (t == tok::kChannelEnd) s.in_thought = false;
-      if (t == tok::kToolCallStart && !s.in_call) {
-        s.in_call = true;
-        if (named && !s.name_queued) {
-          // The named call: its opening text is forced right after <|tool_call>.
-          s.forced.assign(name_tokens.begin(), name_tokens.end());
-          s.name_queued = true;
-        }
-      }
-      if (t == tok::kToolCallEnd && s.in_call) {
-        s.in_call = false;
-        s.calls_closed++;
-      }
-    }
-    if (!s.forced.empty()) {
-      const int32_t t = s.forced.front();
-      s.forced.pop_front();
-      return t;
-    }
-    if (s.in_call) return -1;
-    if (s.calls_closed > 0) return named ? tok::kToolRespStart : -1;
-    auto ban = [&](int32_t id) {
-      if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = kBanned;
-    };
-    // No call yet: the turn may not end.
-    ban(tok::kEos);
-    ban(tok::kTurnEnd);
-    ban(tok::kToolRespStart);
-    if (s.in_thought) return -1;  // let it finish thinking first
-    if (thinking && gen.empty()) {
-      // First step with thinking on: open the thought channel or start the call.
-      for (size_t i = 0; i < logits.size(); ++i) {
-        if (i != static_cast<size_t>(tok::kChannelStart) &&
-            i != static_cast<size_t>(tok::kToolCallStart)) {
-          logits[i] = kBanned;
-        }
-      }
-      return -1;
-    }
-    return tok::kToolCallStart;
-  };
 }
 
 }  // namespace gem::server

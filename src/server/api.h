@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/constraint.h"
 #include "chat/parser.h"
 #include "runtime/engine.h"
 #include "sampler/sampler.h"
@@ -27,7 +28,7 @@ struct ApiError {
 nlohmann::json error_json(const ApiError& e);
 ApiError bad_request(std::string message);
 
-enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+using ToolChoice = chat::ToolChoice;
 
 struct ChatRequest {
   nlohmann::json messages = nlohmann::json::array();  // normalised (text parts joined)
@@ -44,10 +45,18 @@ struct ChatRequest {
 };
 
 // Parses and validates a request body. `defaults` carries the model's recommended sampling.
-// Unknown keys are ignored; a wrong type, a malformed message or unsupported content (image,
-// audio, video parts) is a 400.
+// Messages, tools and the thinking switch go through chat::read_chat_input (the validator `gem
+// template` uses too). Unknown keys are ignored; a wrong type, a malformed message or
+// unsupported content (image, audio, video parts) is a 400 whose message names the field.
 bool parse_chat_request(const std::string& body, const SamplingParams& defaults,
                         ChatRequest* out, ApiError* err);
+
+// The request's prompt as token ids, <bos> first: rendered with the server's options (the
+// generation prompt, a reopened model turn after tool results) and tokenized with message text
+// read as text (chat::tokenize_prompt). *n_history: the leading ids that are conversation (the
+// engine keeps them cached; engine.h). A conversation the renderer refuses is a 400.
+bool build_prompt(const ChatRequest& request, const Tokenizer& tokenizer,
+                  std::vector<int32_t>* ids, int* n_history, ApiError* err);
 
 // Response identity shared by every chunk of one response.
 struct ResponseMeta {
@@ -94,12 +103,5 @@ class DeltaAssembler {
 // The finish reason clients see: "tool_calls" when calls were made and generation ended at a
 // natural stop, "length" at max_tokens or a full context, "stop" otherwise.
 std::string finish_reason(runtime::FinishReason f, bool stop_string, int n_tool_calls);
-
-// tool_choice as a per-step constraint (documented in server.cc's header comment):
-//  none: <|tool_call> is banned. required: after the thought channel (or at once with thinking
-//  off) <|tool_call> is forced if no call has been made yet. named: as required, and the call is
-//  forced to start with "call:NAME{"; after it closes, <|tool_response> ends the turn.
-runtime::Constraint make_tool_constraint(ToolChoice choice, const std::string& name,
-                                         bool thinking, const Tokenizer& tokenizer);
 
 }  // namespace gem::server

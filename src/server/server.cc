@@ -4,7 +4,7 @@
 // address pair: cpp-httplib 0.11 does not expose it) at every prompt tile and token, and by a
 // per-request monitor thread that also writes SSE keep-alive comments during long tiles.
 //
-// tool_choice (api.h make_tool_constraint): "none" keeps the tools declared in the prompt (as
+// tool_choice (chat/constraint.h make_tool_constraint): "none" keeps the tools declared in the prompt (as
 // llama.cpp does) but bans <|tool_call>; "required" lets the model think first, then forces
 // <|tool_call> if it has not opened one, and bans end-of-turn until a call was made; a named
 // function additionally forces the text "call:NAME{" after <|tool_call> and ends the turn with
@@ -474,30 +474,10 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     return;
   }
   const ChatRequest& cr = job->req;
-  chat::RenderOptions ro;
-  ro.add_generation_prompt = true;
-  ro.enable_thinking = cr.enable_thinking;
-  ro.emit_bos_text = false;  // the tokenizer adds <bos> (spec §6.4: no double BOS)
-  ro.reopen_model_turn = true;
-  Result<std::string> text = chat::render(cr.messages, cr.tools, ro);
-  if (!text.ok()) {
-    send_error(res, bad_request("cannot format the conversation: " + text.message()));
+  // Message text is tokenized as text; n_history marks where the conversation ends (engine.h).
+  if (!build_prompt(cr, engine_->tokenizer(), &job->prompt, &job->n_history, &err)) {
+    send_error(res, err);
     return;
-  }
-  // The conversation part and the rest are encoded apart (the rest starts with a special token,
-  // where the tokenizer cuts the text anyway), so the engine knows where the history ends: with
-  // thinking off the generation prompt's empty thought channel is not rendered back next turn,
-  // and only the history before it stays cached (engine.h).
-  const std::string_view rendered(*text);
-  const size_t history_bytes = chat::history_size(rendered, ro);
-  const Tokenizer& tok = engine_->tokenizer();
-  job->prompt = tok.encode(rendered.substr(0, history_bytes), /*add_bos=*/true,
-                           /*parse_special=*/true);
-  job->n_history = static_cast<int>(job->prompt.size());
-  if (history_bytes < rendered.size()) {
-    const std::vector<int32_t> rest =
-        tok.encode(rendered.substr(history_bytes), /*add_bos=*/false, /*parse_special=*/true);
-    job->prompt.insert(job->prompt.end(), rest.begin(), rest.end());
   }
   const int n_prompt = static_cast<int>(job->prompt.size());
   if (n_prompt >= engine_->n_ctx()) {
@@ -593,8 +573,8 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
   greq.sampling = cr.sampling;
   greq.max_tokens = cr.max_tokens;
   if (!cr.tools.empty()) {
-    greq.constraint = make_tool_constraint(cr.tool_choice, cr.tool_name, cr.enable_thinking,
-                                           engine.tokenizer());
+    greq.constraint = chat::make_tool_constraint(cr.tool_choice, cr.tool_name,
+                                                 cr.enable_thinking, engine.tokenizer());
   }
 
   const Timer timer;

@@ -734,7 +734,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   }
 
   // Memoising pieces pays off only on longer inputs.
-  Impl::ChunkCache cache;
+  Tokenizer::Impl::ChunkCache cache;
   Impl::ChunkCache* cache_ptr = nullptr;
   if (text.size() >= 2048) {
     cache.reserve(text.size() / 32);
@@ -751,6 +751,35 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
   // one. (llama.cpp would emit two and warn.)
   if (add_bos && out.size() >= 2 && out[1] == im.bos_id) out.erase(out.begin() + 1);
   return out;
+}
+
+struct Tokenizer::TextMemo::Impl {
+  const std::vector<int32_t>* out = nullptr;  // the vector the cached offsets point into
+  Tokenizer::Impl::ChunkCache cache;
+};
+Tokenizer::TextMemo::TextMemo() : impl_(std::make_unique<Impl>()) {}
+Tokenizer::TextMemo::~TextMemo() = default;
+
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
+                            TextMemo* memo) const {
+  const Impl& im = *impl_;
+  if (memo != nullptr) {
+    TextMemo::Impl& m = *memo->impl_;
+    if (m.out != &out) {
+      m.cache.clear();
+      m.out = &out;
+    }
+    im.encode_raw(text, out, &m.cache);
+    return;
+  }
+  // Memoising pieces pays off only on longer inputs.
+  Tokenizer::Impl::ChunkCache cache;
+  Impl::ChunkCache* cache_ptr = nullptr;
+  if (text.size() >= 2048) {
+    cache.reserve(text.size() / 32);
+    cache_ptr = &cache;
+  }
+  im.encode_raw(text, out, cache_ptr);
 }
 
 std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {

@@ -58,6 +58,26 @@ class Tokenizer {
   // <0xXX> byte token, so decode(encode(x)) == x for any bytes x without "▁" (U+2581, which
   // encodes like a space). llama.cpp instead replaces such bytes with U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // Memoised chunks shared by a run of encode_text() calls that append to one vector: a speed-up
+  // only (a long conversation repeats its words across many short texts). The texts must
+  // outlive the memo; used with another vector, it starts over.
+  class TextMemo {
+   public:
+    TextMemo();
+    ~TextMemo();
+    struct Impl;
+
+   private:
+    friend class Tokenizer;
+    std::unique_ptr<Impl> impl_;
+  };
+
+  // Appends the ids of `text` read as plain text: no control or user-defined token is
+  // recognised, so "<|turn>" becomes the ids of its characters (no BPE merge yields a special
+  // token). For text a prompt quotes, such as chat message content: it cannot open or close
+  // turns. Equal to encode(text, false, true) for text that spells no special token.
+  void encode_text(std::string_view text, std::vector<int32_t>& out,
+                   TextMemo* memo = nullptr) const;
 
   // The bytes a token stands for ("▁" -> " ", <0xXX> -> one byte). Control tokens give their
   // text only when render_special.

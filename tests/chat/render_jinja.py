@@ -6,12 +6,16 @@ raise_exception / strftime_now globals, HF's tojson filter), for gem's different
 usage: render_jinja.py TEMPLATE CASE.json...   -> one JSON object {case path: rendered text}
 
 Each case is {messages, tools?, enable_thinking? (false), add_generation_prompt? (true)}.
-Two conversions mirror what gem's request model defines (chat.cc):
+Four conversions mirror what gem's request validator defines (chat/validate.h), which gem serve
+and gem template share:
   * JSON objects are loaded with their keys sorted by code point, as nlohmann::json holds them
     (only the relative order of keys that differ just in case can depend on it: dictsort is
     case-insensitive and stable);
   * a tool call's `arguments` string is parsed into an object, as transformers passes it (an
-    empty/blank string becomes {}; the template renders both as "{}").
+    empty/blank string becomes {}; the template renders both as "{}");
+  * a content array's text parts are joined with "\n" into one string, for every role
+    (llama.cpp's concat_content_parts);
+  * the role `developer` is `system`.
 """
 import datetime
 import json
@@ -43,6 +47,10 @@ def load_case(path):
     with open(path, encoding="utf-8") as f:
         case = json.load(f, object_pairs_hook=sorted_object)
     for msg in case.get("messages", []):
+        if isinstance(msg, dict) and isinstance(msg.get("content"), list):
+            msg["content"] = "\n".join(part["text"] for part in msg["content"])
+        if isinstance(msg, dict) and msg.get("role") == "developer":
+            msg["role"] = "system"
         for call in (msg.get("tool_calls") or []) if isinstance(msg, dict) else []:
             fn = call.get("function", {})
             args = fn.get("arguments")

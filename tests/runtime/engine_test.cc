@@ -328,6 +328,43 @@ TEST(Engine, HistoryBoundaryCancellationKeepsAValidCache) {
   }
 }
 
+// Cancellation is a status code (Status::is_cancelled), not words: a backend failure whose
+// message happens to begin with "cancelled" is an error the caller sees, not a quiet cancel.
+class FailingBackend : public ScriptedBackend {
+ public:
+  using ScriptedBackend::ScriptedBackend;
+  Status eval(std::span<const int32_t> tokens, bool all_logits,
+              const TileCallback& on_tile) override {
+    if (tokens.size() > 1) return Status::error("cancelled by the driver: device lost");
+    return ScriptedBackend::eval(tokens, all_logits, on_tile);
+  }
+};
+
+TEST(Engine, CancellationIsAStatusCodeNotAMessagePrefix) {
+  BackendOptions bo;
+  bo.n_ctx = 128;
+  bo.n_tile = 8;
+  ScriptedOptions so;
+  so.n_vocab = kVocab;
+  Engine e(std::make_unique<FailingBackend>(bo, so, ScriptFn{}));
+  GenerateRequest req;
+  req.prompt = make_prompt(20, 1);
+  auto res = e.generate(req, GenerateCallbacks{});
+  ASSERT_FALSE(res.ok()) << "a backend error was taken for a cancellation";
+  EXPECT_FALSE(res.status().is_cancelled());
+  EXPECT_NE(res.message().find("device lost"), std::string::npos) << res.message();
+
+  // The backends report a refused tile with the code.
+  ScriptedBackend sb(bo, so, ScriptFn{});
+  const auto p = make_prompt(20, 2);
+  const Status st = sb.eval(p, false, [](int, int) { return false; });
+  EXPECT_TRUE(st.is_cancelled()) << st.message();
+  EXPECT_EQ(st.code(), StatusCode::kCancelled);
+  // Context keeps the code.
+  EXPECT_TRUE(st.with_context("prompt: ").is_cancelled());
+  EXPECT_FALSE(Status::error("cancelled").is_cancelled());
+}
+
 // An engine on the CPU backend over the model at `path` (context 256, tiles of 16, 2 threads);
 // *keep owns the model, which must outlive the engine.
 std::unique_ptr<Engine> make_cpu_engine(const std::string& path,
@@ -381,6 +418,27 @@ TEST(Engine, CpuBackendPrefixReuseMatchesColdRun) {
   const Outcome div = gen(*warm, p3, 6, 1, 0.0f);
   EXPECT_EQ(div.result.n_cached, 0);
   EXPECT_EQ(div.tokens, gen(*cold, p3, 6, 1, 0.0f).tokens);
+}
+
+// The CPU backend's refused tile is a kCancelled status, and the engine turns it into
+// kCancelledInPrompt.
+TEST(Engine, CpuBackendCancellationCarriesTheCode) {
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  std::unique_ptr<model::Model> keep;
+  auto e = make_cpu_engine(path, &keep);
+  const auto p = make_prompt(40, 3);
+  const Status st = e->backend().eval(p, false, [](int done, int) { return done < 16; });
+  EXPECT_TRUE(st.is_cancelled()) << st.message();
+  e->clear_cache();
+  GenerateRequest req;
+  req.prompt = p;
+  GenerateCallbacks cb;
+  int calls = 0;
+  cb.on_prompt_progress = [&](int, int) { return ++calls < 2; };
+  auto res = e->generate(req, cb);
+  ASSERT_TRUE(res.ok()) << res.message();
+  EXPECT_EQ(res->finish, FinishReason::kCancelledInPrompt);
 }
 
 // The CPU backend with a history boundary: the checkpoint sits inside the prompt, so the ring

@@ -371,6 +371,55 @@ TEST_F(TokenizerTest, SpecialTokensWithParseSpecialOnAndOff) {
   EXPECT_EQ(show(tok_->encode("<|turn><turn|><|\"|><|\"|>", false, true)), show({105, 106, 52, 52}));
 }
 
+// encode_text: no special token of either type is recognised (the naive BPE's ids, which know
+// no specials), even between words; for text that spells none it equals encode(x, false, true).
+TEST_F(TokenizerTest, EncodeTextRecognisesNoSpecialToken) {
+  int n_special = 0;
+  for (int32_t i = 0; i < tok_->n_vocab(); ++i) {
+    const TokenType type = tok_->token_type(i);
+    if (type != TokenType::kControl && type != TokenType::kUserDefined) continue;
+    ++n_special;
+    const std::string text(tok_->token_text(i));
+    for (const std::string& s : {text, "a" + text + "b", text + text}) {
+      Ids ids = {7};  // appends
+      tok_->encode_text(s, ids);
+      ASSERT_GE(ids.size(), 2u) << s;
+      EXPECT_EQ(ids[0], 7);
+      const Ids got(ids.begin() + 1, ids.end());
+      EXPECT_EQ(show(got), show(naive().encode(s))) << s;
+      for (int32_t g : got) {
+        const TokenType t = tok_->token_type(g);
+        EXPECT_TRUE(t != TokenType::kControl && t != TokenType::kUserDefined) << s << ": " << g;
+      }
+      EXPECT_EQ(tok_->decode(got, false), s);
+    }
+  }
+  EXPECT_EQ(n_special, 24);
+  // A memo shared by many calls on one vector changes nothing but the speed; handed another
+  // vector, it starts over rather than copying ids from the wrong one.
+  const std::string text = bench::mixed_text(20000);
+  Ids plain, memoised, other;
+  Tokenizer::TextMemo memo;
+  for (size_t off = 0; off < text.size(); off += 700) {
+    const std::string_view piece = std::string_view(text).substr(off, 700);
+    tok_->encode_text(piece, plain);
+    tok_->encode_text(piece, memoised, &memo);
+    plain.push_back(106);
+    memoised.push_back(106);
+  }
+  EXPECT_EQ(memoised, plain);
+  tok_->encode_text(std::string_view(text).substr(0, 700), other, &memo);
+  Ids fresh;
+  tok_->encode_text(std::string_view(text).substr(0, 700), fresh);
+  EXPECT_EQ(other, fresh);
+  for (const std::string& s : std::vector<std::string>{"Hello world", "line one\n\n  indented\ttab", "naïve ünïcödé 日本語 🙂",
+                              std::string(3000, 'x') + " the the the"}) {
+    Ids ids;
+    tok_->encode_text(s, ids);
+    EXPECT_EQ(show(ids), show(tok_->encode(s, false, true))) << s;
+  }
+}
+
 TEST_F(TokenizerTest, BosHandling) {
   EXPECT_EQ(show(tok_->encode("", true, true)), show({2}));
   EXPECT_EQ(show(tok_->encode("", false, true)), show({}));

@@ -66,7 +66,7 @@ class CpuBackend final : public Backend {
       done += m;
       // A callback that declines after the last tile has nothing left to cancel.
       if (on_tile && !on_tile(done, n) && !last_tile) {
-        return errorf("cancelled after %d of %d tokens (n_past %d)", done, n, n_past_);
+        return cancelledf("cancelled after %d of %d tokens (n_past %d)", done, n, n_past_);
       }
     }
     n_logit_rows_ = rows;

@@ -435,7 +435,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     n_past_ += n;
     done += n;
     if (on_tile && !on_tile(done, n_total) && done < n_total) {
-      return errorf("cancelled after %d of %d tokens", done, n_total);
+      return cancelledf("cancelled after %d of %d tokens", done, n_total);
     }
   }
   logits_pending_ = !all_logits;
