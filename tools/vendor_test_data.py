@@ -15,6 +15,7 @@ What it writes (stdlib only, deterministic):
                      scale, then n int16 (value = q * scale; scale = max|z| / 32767)
   manifest.json, tolerances.json, tokenizer/, chat/, quant/, mtp/ (spec_check.json, draft/)
                      copied as they are
+  SOURCES.json       every file here: the reference file it was made from and both SHA-256s
 """
 import hashlib
 import json
@@ -127,6 +128,7 @@ def main():
             p = os.path.join(OUT, entry)
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
 
+    derived = {}  # file here -> its source under fixtures/
     models = {}
     for name, args in MODELS.items():
         path = os.path.join(fx, MODEL_FILES[name])
@@ -152,18 +154,36 @@ def main():
                 if full["pos"] in keep.get(prompt, []):
                     out_name = f"{prompt}.pos{full['pos']}.logits16"
                     write_logits16(os.path.join(src_dir, full["file"]), os.path.join(dst_dir, out_name))
+                    derived[f"outputs/{tag}/{out_name}"] = f"outputs/{tag}/{full['file']}"
                     rows.append({"pos": full["pos"], "file": out_name})
             missing = set(keep.get(prompt, [])) - {r["pos"] for r in rows}
             assert not missing, (tag, prompt, missing)
             case["full_logits"] = rows
             with open(os.path.join(dst_dir, fn), "w") as o:
                 json.dump(case, o, separators=(",", ":"))
+            derived[f"outputs/{tag}/{fn}"] = f"outputs/{tag}/{fn}"
 
     for rel in ["manifest.json", "tolerances.json", "tokenizer", "chat", "quant", "mtp/spec_check.json", "mtp/draft",
                 "mtp/README.md"]:
         src, dst = os.path.join(fx, rel), os.path.join(OUT, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         (shutil.copytree if os.path.isdir(src) else shutil.copyfile)(src, dst)
+        if os.path.isdir(src):
+            for root, _dirs, files in os.walk(src):
+                for fn in files:
+                    r = os.path.relpath(os.path.join(root, fn), fx)
+                    derived[r] = r
+        else:
+            derived[rel] = rel
+    # Provenance of every file: its source in the reference folder and both checksums.
+    sources = {}
+    for rel, src in sorted(derived.items()):
+        sources[rel] = {"from": "fixtures/" + src,
+                        "sha256": hashlib.sha256(open(os.path.join(OUT, rel), "rb").read()).hexdigest(),
+                        "source_sha256": hashlib.sha256(open(os.path.join(fx, src), "rb").read()).hexdigest()}
+    with open(os.path.join(OUT, "SOURCES.json"), "w") as o:
+        json.dump(sources, o, indent=1)
+        o.write("\n")
     for root, dirs, files in os.walk(OUT):  # plain modes (the shared folder is read-only)
         for d in dirs:
             os.chmod(os.path.join(root, d), 0o755)

@@ -95,5 +95,24 @@ TEST(SynthReference, TestModelsHoldTheReferenceWeights) {
   }
 }
 
+// Every vendored reference file is the one recorded (a truncated or edited file names itself here
+// rather than as a puzzling logit difference elsewhere).
+TEST(TestData, FilesMatchTheirRecordedChecksums) {
+  const std::string path = test::fixture("SOURCES.json");
+  GEM_REQUIRE_FIXTURE(path);
+  const nlohmann::json sources = nlohmann::json::parse(test::read_text(path));
+  ASSERT_GT(sources.size(), 40u);
+  for (const auto& [rel, entry] : sources.items()) {
+    const std::string file = test::fixture(rel);
+    EXPECT_TRUE(test::file_exists(file)) << test::missing_fixture_message(file);
+    if (!test::file_exists(file)) continue;
+    const std::vector<uint8_t> bytes = test::read_file(file);
+    Sha256 h;
+    h.update(bytes);
+    EXPECT_EQ(Sha256::hex(h.finish()), entry["sha256"].get<std::string>())
+        << file << ": not the file tools/vendor_test_data.py wrote (from " << entry["from"].get<std::string>() << ")";
+  }
+}
+
 }  // namespace
 }  // namespace gem::model
