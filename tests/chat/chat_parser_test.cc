@@ -1,5 +1,5 @@
 // The streaming output parser on token streams from the real Gemma 4 tokenizer (the vocabulary
-// of fixtures/tiny-q4_0.gguf): every construct of spec §6 with its exact JSON, one case per
+// gem ships): every construct of spec §6 with its exact JSON, one case per
 // malformed input with its documented result, streaming certainty, and a property test over
 // random token streams.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chat/parser.h"
+#include "chat/chat_test_util.h"
 #include "common/test_util.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -20,24 +21,7 @@ namespace {
 
 using json = nlohmann::json;
 
-const Tokenizer* tokenizer() {
-  static std::unique_ptr<gguf::GgufFile> file;
-  static std::unique_ptr<Tokenizer> tok;
-  if (!tok) {
-    auto f = gguf::GgufFile::open(test::fixture("tiny-q4_0.gguf"));
-    if (!f.ok()) return nullptr;
-    file = std::move(*f);
-    auto t = Tokenizer::from_gguf(*file);
-    if (!t.ok()) return nullptr;
-    tok = std::move(*t);
-  }
-  return tok.get();
-}
-
-#define REQUIRE_TOKENIZER()                                               \
-  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));                  \
-  ASSERT_NE(tokenizer(), nullptr) << "cannot load the fixture tokenizer"; \
-  const Tokenizer& tk = *tokenizer()
+using test_util::tokenizer;
 
 struct Call {
   std::string name;

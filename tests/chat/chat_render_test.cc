@@ -12,6 +12,7 @@
 
 #include "chat/chat.h"
 #include "chat/validate.h"
+#include "chat/chat_test_util.h"
 #include "common/test_util.h"
 
 namespace gem::chat {
@@ -23,14 +24,7 @@ std::string template_path() {
   return test::fixture("chat/google-gemma-4-31B-it.jinja");
 }
 
-std::vector<std::string> corpus_files() {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() + "/tests/chat/corpus")) {
-    if (e.path().extension() == ".json") files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
+using test_util::corpus_files;
 
 // Runs render_jinja.py once over all files; returns {path: rendered}.
 json render_with_jinja(const std::vector<std::string>& files) {

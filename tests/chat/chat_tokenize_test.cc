@@ -15,6 +15,7 @@
 
 #include "chat/chat.h"
 #include "chat/constraint.h"
+#include "chat/chat_test_util.h"
 #include "common/test_util.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -25,30 +26,7 @@ namespace {
 using json = nlohmann::json;
 using Ids = std::vector<int32_t>;
 
-std::string vocab_path() {
-  const std::string own = test::source_dir() + "/data/gemma4-vocab.gguf";
-  if (test::file_exists(own)) return own;
-  return test::fixture("tiny-q4_0.gguf");
-}
-
-const Tokenizer* tokenizer() {
-  static std::unique_ptr<gguf::GgufFile> file;
-  static std::unique_ptr<Tokenizer> tok;
-  if (!tok) {
-    auto f = gguf::GgufFile::open(vocab_path());
-    if (!f.ok()) return nullptr;
-    file = std::move(*f);
-    auto t = Tokenizer::from_gguf(*file);
-    if (!t.ok()) return nullptr;
-    tok = std::move(*t);
-  }
-  return tok.get();
-}
-
-#define REQUIRE_TOKENIZER()                                               \
-  GEM_REQUIRE_FIXTURE(vocab_path());                                     \
-  ASSERT_NE(tokenizer(), nullptr) << "cannot load the tokenizer";         \
-  const Tokenizer& tk = *tokenizer()
+using test_util::tokenizer;
 
 bool is_special(const Tokenizer& tk, int32_t id) {
   const TokenType t = tk.token_type(id);
@@ -80,14 +58,7 @@ void expect_only_format_controls(const Tokenizer& tk, const Prompt& p, const Ids
   EXPECT_EQ(tk.decode(std::span<const int32_t>(ids).subspan(1), true), p.text) << name;
 }
 
-std::vector<std::string> corpus_files() {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() + "/tests/chat/corpus")) {
-    if (e.path().extension() == ".json") files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
+using test_util::corpus_files;
 
 // Every corpus conversation, thinking on and off: the ids equal the whole text encoded with
 // special-token parsing (the tokenization gem used before), and n_history equals the ids of the
