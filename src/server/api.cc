@@ -8,6 +8,8 @@
 #include <limits>
 #include <memory>
 
+#include "server/json_limits.h"
+
 namespace gem::server {
 
 using nlohmann::json;
@@ -216,7 +218,14 @@ bool validate_messages(const json& body, json* out, ApiError* err) {
           return false;
         }
         if (args != nullptr && args->is_string()) {
-          json parsed = json::parse(args->get<std::string>(), nullptr, false);
+          std::string depth_error;
+          json parsed = parse_json_bounded(
+              args->get<std::string>(),
+              strprintf("messages[%zu].tool_calls[%zu].function.arguments", i, k), &depth_error);
+          if (!depth_error.empty()) {
+            *err = bad_request(depth_error);
+            return false;
+          }
           if (parsed.is_discarded() || !parsed.is_object()) {
             *err = bad_request(strprintf("messages[%zu].tool_calls[%zu].function.arguments is not "
                                          "a JSON object",
@@ -294,7 +303,12 @@ bool validate_tools(const json& body, json* out, ApiError* err) {
 
 bool parse_chat_request(const std::string& body, const SamplingParams& defaults, ChatRequest* out,
                         ApiError* err) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::string depth_error;
+  json j = parse_json_bounded(body, "request body", &depth_error);
+  if (!depth_error.empty()) {
+    *err = bad_request(depth_error);
+    return false;
+  }
   if (j.is_discarded()) {
     *err = bad_request("the request body is not valid JSON");
     return false;
