@@ -42,6 +42,7 @@ struct Connection {
   size_t chunk_pos = 0;  // next unparsed byte of a chunked body (offset into `in`)
   bool keep_alive = true;
   size_t lingered = 0;
+  int n_requests = 0;  // requests handed to workers so far
 };
 
 namespace {
@@ -535,7 +536,9 @@ void Server::advance(Connection& c) {
     c.in.erase(0, k);
     if (c.in.empty()) return;
     c.state = Connection::State::kHead;
-    c.deadline = now() + options_.header_timeout_s;
+    // A new connection's header deadline runs from accept (a first byte sent just before it
+    // buys no extra time); on a kept-alive connection it runs from the next request's first byte.
+    if (c.n_requests > 0) c.deadline = now() + options_.header_timeout_s;
     c.req = std::make_unique<Request>();
     c.req->remote = c.remote;
     c.head_end = c.scanned = c.content_length = c.chunk_pos = 0;
@@ -553,6 +556,7 @@ void Server::advance(Connection& c) {
   // whatever the client pipelines meanwhile waits in the socket or in `in`.
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   c.state = Connection::State::kBusy;
+  ++c.n_requests;
   n_active_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(mu_);
