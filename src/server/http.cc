@@ -864,11 +864,8 @@ void Server::worker() {
       }
       if (!res.started()) {
         res.drop();  // the handler decided not to answer (the client is gone)
-      } else if (res.started() && !res.failed()) {
-        if (res.status() >= 0 && !res.failed()) {
-          // A stream the handler did not end is cut: the client must not wait for more.
-          res.end_stream();
-        }
+      } else if (!res.failed()) {
+        res.end_stream();  // a stream the handler left open ends here (no-op otherwise)
       }
       keep = conn->keep_alive && !res.failed() && !stopping_.load();
     }
