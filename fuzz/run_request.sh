@@ -34,7 +34,6 @@ set +e
   -print_final_stats=1 2>&1 | tee "$build/fuzz/request_fuzz.log" | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)'
 rc=${PIPESTATUS[0]}
 set -e
-grep -E 'stat::number_of_executed_units|stat::average_exec_per_sec' "$build/fuzz/request_fuzz.log" || true
 if [[ $rc -ne 0 ]]; then
   echo "fuzz/run_request.sh: request_fuzz failed (exit $rc); reproducer(s):" >&2
   ls -l "$artifacts" >&2

@@ -26,7 +26,8 @@ namespace gem::server::http {
 // One client connection. The reactor owns it; while a worker answers a request (kBusy) only
 // that worker touches it.
 struct Connection {
-  enum class State { kIdle, kHead, kBody, kBusy, kLinger };
+  // kWrite: the reactor delivers the rest of an answer the client was slow to take.
+  enum class State { kIdle, kHead, kBody, kBusy, kWrite, kLinger };
   int fd = -1;
   std::string remote;
   std::string in;  // bytes read and not yet consumed
@@ -43,6 +44,11 @@ struct Connection {
   bool keep_alive = true;
   size_t lingered = 0;
   int n_requests = 0;  // requests handed to workers so far
+  // The part of a whole (non-streamed) answer the socket did not take at once; the reactor
+  // sends it, so a client that does not read holds no worker.
+  std::string out;
+  size_t out_off = 0;
+  bool keep_after_out = false;
 };
 
 namespace {
@@ -235,7 +241,27 @@ void Response::send(int status, std::string_view content_type, std::string_view 
   log_status();
   std::string out = head(status, content_type, "Content-Length: " + std::to_string(body.size()) + "\r\n");
   if (req_->method != "HEAD") out.append(body);
-  write_raw(out);
+  // What the socket takes now goes now; the rest is left to the reactor (Connection::out), so
+  // the worker is free at once even when the client does not read.
+  size_t off = 0;
+  while (off < out.size()) {
+    const ssize_t n = ::send(conn_->fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      failed_ = true;
+      conn_->keep_alive = false;
+      return;
+    }
+  }
+  if (off < out.size()) {
+    conn_->out = out.substr(off);
+    conn_->out_off = 0;
+  }
 }
 
 bool Response::start_stream(int status, std::string_view content_type) {
@@ -414,7 +440,9 @@ void Server::loop() {
       // Connections not being answered are closed; the rest close after their answer.
       std::vector<int> idle;
       for (auto& [fd, c] : conns_) {
-        if (c->state != Connection::State::kBusy) idle.push_back(fd);
+        if (c->state != Connection::State::kBusy && c->state != Connection::State::kWrite) {
+          idle.push_back(fd);
+        }
       }
       for (int fd : idle) close_conn(fd);
     }
@@ -440,6 +468,14 @@ void Server::loop() {
       }
       auto it = conns_.find(fd);
       if (it == conns_.end()) continue;
+      if (it->second->state == Connection::State::kWrite) {
+        if ((events[i].events & (EPOLLERR | EPOLLHUP)) != 0) {
+          close_conn(fd);
+        } else if ((events[i].events & EPOLLOUT) != 0) {
+          flush(*it->second);
+        }
+        continue;
+      }
       on_readable(*it->second);
     }
     reap_returned();
@@ -719,7 +755,7 @@ Server::Parse Server::parse(Connection& c, int* status, std::string* message) {
         *message = "unsupported Expect header";
         return Parse::kError;
       }
-      write_all(c.fd, "HTTP/1.1 100 Continue\r\n\r\n", 1.0);
+      write_all(c.fd, "HTTP/1.1 100 Continue\r\n\r\n", 0.0);
     }
   }
   // Body.
@@ -803,7 +839,7 @@ void Server::fail(Connection& c, int status, const std::string& message) {
   const std::string out = strprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json; "
                                     "charset=utf-8\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                                     status, reason_phrase(status), body.size()) + body;
-  write_all(c.fd, out, 1.0);
+  write_all(c.fd, out, 0.0);  // never blocks the reactor: a client that does not read loses it
   // Stop sending, then read and discard what the client still sends for a moment, so that the
   // answer is not lost to a reset while the client is still writing its body.
   ::shutdown(c.fd, SHUT_WR);
@@ -812,6 +848,36 @@ void Server::fail(Connection& c, int status, const std::string& message) {
   c.in.clear();
   c.in.shrink_to_fit();
   c.req.reset();
+}
+
+void Server::flush(Connection& c) {
+  while (c.out_off < c.out.size()) {
+    const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out_off += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;  // wait for EPOLLOUT
+    } else {
+      close_conn(c.fd);
+      return;
+    }
+  }
+  c.out.clear();
+  c.out.shrink_to_fit();
+  c.out_off = 0;
+  if (!c.keep_after_out || stopping_.load()) {
+    close_conn(c.fd);
+    return;
+  }
+  c.state = Connection::State::kIdle;
+  c.deadline = now() + options_.keep_alive_s;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = c.fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  if (!c.in.empty()) advance(c);  // a pipelined request is already here
 }
 
 void Server::check_deadlines() {
@@ -828,6 +894,11 @@ void Server::check_deadlines() {
         break;
       case Connection::State::kBody:
         fail(c, 408, strprintf("the request body did not arrive within %.0f s", options_.body_timeout_s));
+        break;
+      case Connection::State::kWrite:
+        GEM_LOG_WARN("http: %s: did not take its answer within %.0f s; closed", c.remote.c_str(),
+                     options_.write_timeout_s);
+        close_conn(fd);
         break;
       default:  // idle (keep-alive or a silent new connection) or lingering: close quietly
         close_conn(fd);
@@ -890,6 +961,18 @@ void Server::reap_returned() {
   }
   for (auto& [conn, keep] : back) {
     const int fd = conn->fd;
+    if (!conn->out.empty()) {
+      // The client has not taken the whole answer yet: the reactor delivers the rest, then
+      // reads the next request (or closes).
+      conn->state = Connection::State::kWrite;
+      conn->keep_after_out = keep && !stopping_.load();
+      conn->deadline = now() + options_.write_timeout_s;
+      epoll_event ev{};
+      ev.events = EPOLLOUT;
+      ev.data.fd = fd;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+      continue;
+    }
     if (!keep || stopping_.load()) {
       // Not in the poll set (kBusy): close directly.
       ::close(fd);

@@ -7,7 +7,8 @@
 // runs the handler and writes the answer itself (blocking on the socket with a write deadline),
 // which keeps SSE streaming and disconnect polling simple; then the connection goes back to the
 // reactor for its next (possibly already pipelined) request, so pipelined requests are answered
-// in order, one at a time.
+// in order, one at a time. A whole (non-streamed) answer that the socket does not take at once is
+// finished by the reactor, so a client that pipelines and never reads holds no worker either.
 //
 // Why not cpp-httplib 0.11 (Debian's): it is thread-per-connection with a fixed pool, so 17 slow
 // senders stall every route, and it offers no header or body deadline besides the socket
@@ -161,6 +162,7 @@ class Server {
   Parse parse(Connection& c, int* status, std::string* message);
   void fail(Connection& c, int status, const std::string& message);
   void close_conn(int fd);
+  void flush(Connection& c);  // sends the rest of a deferred answer
   void reap_returned();
   void check_deadlines();
   void evict_one();

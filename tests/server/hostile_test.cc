@@ -427,6 +427,45 @@ TEST(Hostile, TwoHundredFiftySixStalledConnections) {
   EXPECT_EQ(ts.server().n_active(), 0);
 }
 
+// Slow readers: clients that pipeline many requests and never read their answers. The answers
+// that do not fit the socket wait in the reactor, not in a worker, so two workers suffice.
+TEST(Hostile, ClientsThatNeverReadHoldNoWorker) {
+  server::ServerOptions o;
+  o.n_http_threads = 2;
+  TestServer ts(o);
+  std::vector<int> fds;
+  std::string burst;
+  for (int i = 0; i < 20000; ++i) burst += get("/props");
+  for (int k = 0; k < 4; ++k) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int small = 2048;  // a small window, so the server's writes soon block
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(ts.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    // As much of the burst as the server takes within a second (it stops reading once the
+    // answers back up).
+    timeval tv{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    size_t off = 0;
+    while (off < burst.size()) {
+      const ssize_t n = send(fd, burst.data() + off, burst.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    fds.push_back(fd);
+  }
+  // Long enough for the answers to fill the sockets (with the answers written by the workers,
+  // both were stuck within a second and /health went unanswered).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const double s = health_latency(ts.port(), 5);
+  std::printf("4 clients that never read: /health in %.1f ms\n", s * 1e3);
+  EXPECT_LT(s, 1.0);
+  for (int fd : fds) close(fd);
+}
+
 TEST(Hostile, IdleKeepAliveConnectionsAreClosed) {
   server::ServerOptions o;
   o.keep_alive_s = 1;
