@@ -306,6 +306,8 @@ void Server::stop() {
 
 int Server::n_active() const { return http_ ? http_->n_active() : 0; }
 
+int Server::n_connections() const { return http_ ? http_->n_connections() : 0; }
+
 int Server::shutdown(double grace_s) {
   http_->stop_accepting();
   const double deadline = now_seconds() + grace_s;

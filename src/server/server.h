@@ -97,7 +97,8 @@ class Server {
   // finish; then each is cut (a stream gets an error event and [DONE], a plain request a 503).
   // Returns the number of requests that were cut (0: a clean drain). run() returns afterwards.
   int shutdown(double grace_s);
-  int n_active() const;
+  int n_active() const;       // requests being answered
+  int n_connections() const;  // open client connections
   bool ready() const { return ready_.load(); }
   runtime::Engine* engine() { return engine_.get(); }
 

@@ -466,6 +466,26 @@ TEST(Hostile, ClientsThatNeverReadHoldNoWorker) {
   for (int fd : fds) close(fd);
 }
 
+// --max-connections: the oldest connection not being answered makes room for a new one, so
+// the descriptors a client can hold are bounded and a newcomer is always served.
+TEST(Hostile, ConnectionCapClosesTheOldest) {
+  server::ServerOptions o;
+  o.max_connections = 16;
+  TestServer ts(o);
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 40; ++i) {
+    idle.push_back(std::make_unique<Raw>(ts.port()));
+    ASSERT_TRUE(idle.back()->ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a clear age order
+  }
+  EXPECT_LT(health_latency(ts.port()), 2.0);
+  EXPECT_LE(ts.server().n_connections(), 16);
+  int closed = 0;
+  for (int i = 0; i < 20; ++i) closed += idle[i]->closed_within(0.2) ? 1 : 0;
+  EXPECT_EQ(closed, 20);  // the oldest half went first
+  EXPECT_FALSE(idle.back()->closed_within(0.2));
+}
+
 TEST(Hostile, IdleKeepAliveConnectionsAreClosed) {
   server::ServerOptions o;
   o.keep_alive_s = 1;
