@@ -1,7 +1,5 @@
 # Helpers shared by every folder: warnings, sanitizers, one library per src/ folder, tests.
 
-set(GEM_SHARED_DIR "${PROJECT_SOURCE_DIR}/../shared" CACHE PATH "The shared reference folder (fixtures)")
-
 function(gem_compile_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>

@@ -1,8 +1,8 @@
 // libFuzzer target for the server's request path: body bytes -> nesting bound -> JSON parse ->
 // parse_chat_request (validation) -> chat::render -> tokenize, exactly as a chat request takes it
 // (server/prepare.h). Any input must give tokens or a 4xx ApiError with a message, never a crash,
-// a hang or a sanitizer report. The tokenizer comes from the tiny fixture's GGUF
-// ($GEM_FUZZ_VOCAB, default GEM_FUZZ_DEFAULT_VOCAB set by CMake).
+// a hang or a sanitizer report. The tokenizer comes from a GGUF with Gemma 4's vocabulary named by
+// $GEM_FUZZ_VOCAB (fuzz/run_request.sh passes the tiny test model the normal build writes).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,7 +23,12 @@ const gem::Tokenizer& tokenizer() {
   static std::unique_ptr<gem::gguf::GgufFile> file;
   static std::unique_ptr<gem::Tokenizer> tok = [] {
     const char* env = std::getenv("GEM_FUZZ_VOCAB");
-    const std::string path = env != nullptr && *env != '\0' ? env : GEM_FUZZ_DEFAULT_VOCAB;
+    if (env == nullptr || *env == '\0') {
+      std::fprintf(stderr, "request_fuzz: set GEM_FUZZ_VOCAB to a Gemma 4 GGUF (e.g. "
+                           "build/test-models/tiny-q4_0.gguf, written by the normal build)\n");
+      std::abort();
+    }
+    const std::string path = env;
     auto f = gem::gguf::GgufFile::open(path);
     if (!f.ok()) {
       std::fprintf(stderr, "request_fuzz: cannot open %s: %s\n", path.c_str(), f.message().c_str());

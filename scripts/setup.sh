@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 DEBS=(build-essential cmake ninja-build pkg-config git python3 python3-jinja2 python3-numpy
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
-      clang libclang-rt-14-dev curl ca-certificates)
+      clang libclang-rt-14-dev curl ca-certificates
+      chromium)  # Debian's Chromium for the chat page's browser test (tests/e2e/webui_test.mjs)
 
 missing=()
 for p in "${DEBS[@]}"; do
@@ -24,8 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The OpenAI Node SDK (version 6 runs on Node 20) for the server's client tests.
-if [ -f tests/e2e/package.json ] && [ ! -d tests/e2e/node_modules/openai ]; then
+# The OpenAI Node SDK (version 6 runs on Node 20) for the server's client tests, and
+# playwright-core (a driver only: it never downloads a browser; the test uses /usr/bin/chromium).
+if [ -f tests/e2e/package.json ] && { [ ! -d tests/e2e/node_modules/openai ] ||
+                                     [ ! -d tests/e2e/node_modules/playwright-core ]; }; then
   echo "setup: npm install (tests/e2e)"
   (cd tests/e2e && npm install --no-audit --no-fund --silent)
 fi

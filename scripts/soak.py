@@ -3,7 +3,7 @@
 streamed, non-streamed, tool-call, disconnected and bad requests; reports the server's RSS before
 and after (it must stay flat within 5 %) and fails on any unexpected answer.
 
-    scripts/soak.py --gem build/bin/gem --model ../shared/fixtures/tiny-q4_0.gguf \
+    scripts/soak.py --gem build/bin/gem --model build/test-models/tiny-q4_0.gguf \
         [--backend scripted:tests/e2e/script.json | cpu] [--requests 1000] [--out FILE]
 
 Standard library only. Writes a Markdown summary to --out (appends) when given.
@@ -100,7 +100,7 @@ def one(port, rng, kind, counts, lock):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gem", default="build/bin/gem")
-    ap.add_argument("--model", default="../shared/fixtures/tiny-q4_0.gguf")
+    ap.add_argument("--model", default="build/test-models/tiny-q4_0.gguf")
     ap.add_argument("--backend", default="scripted:tests/e2e/script.json")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--ctx", type=int, default=1024)

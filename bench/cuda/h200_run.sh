@@ -9,7 +9,7 @@
 # gem bench and llama-bench (built from .device/llama.cpp in the background) on the same files,
 # then the synthetic 12B/31B CUDA-vs-CPU checks. sweep: test, then gem bench on the 12B (and the
 # 31B when SWEEP_31B=1) once per line of $SWEEP_FILE (environment settings, e.g.
-# "GEM_CUDA_MV_EF=0"), decode at the depths of $SWEEP_DEPTHS (default 0) and prefill at the
+# "GEM_CUDA_RES_CLUSTER=4"; the overrides cuda::tuning_from_env reads), decode at the depths of $SWEEP_DEPTHS (default 0) and prefill at the
 # sizes of $SWEEP_P (default none), then the 12B parity.
 # Logs go to $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
@@ -41,13 +41,13 @@ fi
 sed -i -E 's/,-[a-z][a-z]+"/"/g; s/"-[a-z][a-z]+,/"/g; s/,-[a-z][a-z]+,/,/g' src/cli/*.cc
 log "configure gem"
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF -DGEM_WERROR=OFF \
-  -DGEM_SHARED_DIR="$PWD/.device/shared" >"$OUT/gem-build.log" 2>&1 || { log "configure failed"; tail -30 "$OUT/gem-build.log"; exit 1; }
+  >"$OUT/gem-build.log" 2>&1 || { log "configure failed"; tail -30 "$OUT/gem-build.log"; exit 1; }
 log "build gem"
-cmake --build build-dev -j"$GJ" --target cuda_kernels_test cuda_backend_test gem >>"$OUT/gem-build.log" 2>&1 \
+cmake --build build-dev -j"$GJ" --target cuda_kernels_test cuda_backend_test gem gem_test_models >>"$OUT/gem-build.log" 2>&1 \
   || { log "build failed"; grep -E "error|FAILED" "$OUT/gem-build.log" | head -20; }
 log "built"
 GEM=build-dev/bin/gem
-F=.device/shared/fixtures
+F=build-dev/test-models   # written by the build (target gem_test_models); tests/data travels with the tree
 M=/tmp/models
 mkdir -p $M
 # The synthetic model's CUDA-vs-CPU check (first 16 greedy tokens, top-20): parity 12B|31B,
@@ -56,7 +56,7 @@ parity() {
   local lp
   lp=$(echo "$1" | tr B b)
   log "synthetic $1 vs CPU"
-  env GEM_SHARED_DIR=$PWD/.device/shared "GEM_CUDA_SYNTH_$1=$M/g$lp.gguf" timeout 120 \
+  env "GEM_CUDA_SYNTH_$1=$M/g$lp.gguf" timeout 120 \
     build-dev/tests/cuda/cuda_backend_test --gtest_filter="*Synthetic$1*" 2>&1 | grep -v "^gem info" | tail -25 > "$OUT/synth_$1.txt"
   tail -5 "$OUT/synth_$1.txt" | tee -a "$OUT/summary.txt"
 }
@@ -75,10 +75,6 @@ ts.sort(); t = ts[len(ts) // 2]
 print(f"copy bandwidth: {2 * n / t / 1e12:.3f} TB/s (median of 20, 4 GiB, read+write)")
 PY
 
-log "synth fixtures"
-[ -f $F/tiny-q4_0.gguf ] || $GEM synth --profile tiny -q -o $F/tiny-q4_0.gguf
-[ -f $F/tiny6-f32.gguf ] || $GEM synth --profile tiny6 --layout f32 -q -o $F/tiny6-f32.gguf
-[ -f $F/tiny256-q6_k.gguf ] || $GEM synth --profile tiny256 --embedding q6_k -q -o $F/tiny256-q6_k.gguf
 [ "$mode" = build ] && { log "built (build mode: no tests)"; exit 0; }
 if [ "$mode" != extra ]; then
 log "kernel tests"
@@ -87,7 +83,7 @@ build-dev/tests/cuda/cuda_kernels_test 2>&1 | grep -vE "^gem info" > /tmp/kernel
 { grep -E -A4 "Failure" /tmp/kernels_full.txt | head -60; tail -40 /tmp/kernels_full.txt; } > "$OUT/kernels_test.txt"
 tail -4 "$OUT/kernels_test.txt" | tee -a "$OUT/summary.txt"
 log "backend tests"
-GEM_SHARED_DIR=$PWD/.device/shared timeout 240 build-dev/tests/cuda/cuda_backend_test \
+timeout 240 build-dev/tests/cuda/cuda_backend_test \
   --gtest_filter=-*Synthetic* 2>&1 | grep -vE "^gem info" | tail -120 > "$OUT/backend_test.txt"
 tail -8 "$OUT/backend_test.txt" | tee -a "$OUT/summary.txt"
 fi
@@ -120,16 +116,16 @@ if [ "$mode" = sweep ]; then
 fi
 if [ "$mode" = extra ]; then
   # gem serve on the device backend (curl smoke), then the decode attention kernels at depth
-  # 32768 on the 12B under ncu (their own bytes/s; GEM_CUDA_PROFILE_FROM_POS starts the
-  # profiler at that depth, after the warm-up and the fill).
+  # 32768 on the 12B under ncu (their own bytes/s; the warm-up's two steps at depth 0, 192
+  # attention and merge launches, skipped).
   log "serve smoke (cuda)"
   bash bench/cuda/serve_smoke.sh $GEM $F/tiny-q4_0.gguf cuda 2>&1 | tee "$OUT/serve_smoke.txt"
   log "synth 12b"
   $GEM synth --profile 12b -q -o $M/g12b.gguf
   log "ncu attention at depth 32768"
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  GEM_CUDA_PROFILE_FROM_POS=32768 timeout 300 $NCU --clock-control none --csv --profile-from-start off \
-    --kernel-name regex:"attention_(decode|merge)" --launch-count 192 \
+  timeout 300 $NCU --clock-control none --csv \
+    --kernel-name regex:"attention_(decode|merge)" --launch-skip 192 --launch-count 192 \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $GEM bench -m $M/g12b.gguf -p 0 -n 2 -d 32768 -r 1 --backend cuda > "$OUT/ncu_attn_12b.csv" 2> "$OUT/ncu_attn_12b.err"
   echo "ncu rc=$? lines=$(wc -l < "$OUT/ncu_attn_12b.csv")" | tee -a "$OUT/summary.txt"
@@ -163,8 +159,8 @@ for p in 12b 31b; do
   log "synth $p"
   $GEM synth --profile $p -q -o $M/g$p.gguf
 done
-# Nothing else runs while anything is measured (run 9: gem's decode measured while llama.cpp
-# compiled on 14 cores read 1.4 % low).
+# Nothing else runs while anything is measured (gem's decode measured while llama.cpp compiled
+# on 14 cores read 1.4 % low).
 if [ "$with_llama" = 1 ]; then
   log "waiting for llama.cpp build"
   wait $llama_pid

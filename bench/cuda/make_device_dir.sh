@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
 # Builds the ignored folder .device/ that the GPU-machine scripts carry (the GPU image lacks
-# gem's build dependencies and ../shared does not travel), from this machine's Debian packages
+# gem's build dependencies), from this machine's Debian packages
 # (scripts/setup.sh installs them) and npm:
 #   .device/deps       GTest/GMock, CLI11, nlohmann-json, cpp-httplib (+ brotli/openssl/zlib
 #                      headers its header includes, brotli runtime libraries), laid out as a prefix
-#   .device/shared     the fixtures' manifest, tokenizer and tolerances (the tiny models are
-#                      written on the GPU machine by gem synth)
 #   .device/trace      the CUPTI kernel-trace library (bench/cuda/kernel_trace.sh)
 #   .device/llama.cpp  llama.cpp's source at the fixtures' release (node-llama-cpp 3.22.1's
 #                      bundle), pruned of models, docs and other backends to fit a call's 64 MiB
-# Usage: bash bench/cuda/make_device_dir.sh [deps|shared|trace|llama|all] (default all).
+# The tests' reference data travels with the tree (tests/data) and the build writes the test
+# models, so nothing of the development reference folder is carried.
+# Usage: bash bench/cuda/make_device_dir.sh [deps|trace|llama|all] (default all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
-SHARED=${GEM_SHARED_DIR:-../shared}
 
 if [ "$what" = all ] || [ "$what" = deps ]; then
   D=.device/deps
@@ -39,12 +38,6 @@ if [ "$what" = all ] || [ "$what" = deps ]; then
   du -sh $D
 fi
 
-if [ "$what" = all ] || [ "$what" = shared ]; then
-  rm -rf .device/shared && mkdir -p .device/shared/fixtures
-  cp -r "$SHARED/fixtures/manifest.json" "$SHARED/fixtures/tolerances.json" "$SHARED/fixtures/tokenizer" \
-    .device/shared/fixtures/
-  du -sh .device/shared
-fi
 
 if [ "$what" = all ] || [ "$what" = trace ]; then
   bash bench/cuda/kernel_trace.sh > /dev/null
@@ -66,4 +59,4 @@ if [ "$what" = all ] || [ "$what" = llama ]; then
   done
   du -sh $L
 fi
-echo "carry: .device/deps .device/shared (+ .device/trace for traces, .device/llama.cpp for 'all')"
+echo "carry: .device/deps (+ .device/trace for traces, .device/llama.cpp for 'all')"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Per-SASS-instruction profile of one decode-step kernel on the GPU machine, after
 # bench/cuda/h200_run.sh build:   bench/cuda/ncu_sass.sh KERNEL_REGEX MODEL DEPTH
-# One launch of the first kernel matching KERNEL_REGEX in a decode step at DEPTH
-# (GEM_CUDA_PROFILE_FROM_POS starts the profiler there), with the SourceCounters and
+# One launch of a kernel matching KERNEL_REGEX in a decode step at DEPTH (SKIP matching launches
+# skipped first, counted from the start: the bench's two warm-up steps at depth 0 come first,
+# then the timed steps at DEPTH), with the SourceCounters and
 # WarpStateStats sections; writes $OUT/<name>_details.txt and $OUT/<name>_sass.csv (the source
 # page in its SASS view: the per-instruction counters; the CUDA view has none).
 set -u
@@ -17,8 +18,8 @@ ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | he
 name=$(echo "$kernel" | tr -c 'A-Za-z0-9_\n' '_')
 rep=/tmp/sass_$name
 sections=(--section SourceCounters --section WarpStateStats --import-source yes)
-GEM_CUDA_PROFILE_FROM_POS=$depth timeout 120 "$ncu_bin" --clock-control none \
-  --profile-from-start off --kernel-name "regex:$kernel" --launch-skip "$skip" --launch-count 1 "${sections[@]}" \
+timeout 120 "$ncu_bin" --clock-control none \
+  --kernel-name "regex:$kernel" --launch-skip "$skip" --launch-count 1 "${sections[@]}" \
   -o "$rep" "$GEM" bench -m "$model" -p 0 -n 2 -d "$depth" -r 1 --backend cuda > "$rep.log" 2>&1
 echo "$kernel: ncu rc=$?"
 "$ncu_bin" --import "$rep.ncu-rep" --page details > "$OUT/${name}_details.txt" 2>&1

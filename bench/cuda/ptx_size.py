@@ -6,10 +6,8 @@
 Compiles the file to PTX with the build's flags (sm_90a, -O3, -lineinfo) and prints, per kernel
 entry, the number of PTX instructions (directives, labels and braces not counted). With --lines,
 also the instructions of that kernel attributed to each source line (-lineinfo), the largest
-first: where the code of a kernel comes from (session 11: the decode attention kernels' K/V
-loader, inlined at several call sites, and a fused prologue the default graph never ran were
-half of their code, and a fifth of the sliding kernel's warp cycles were instruction-fetch
-stalls).
+first: where the code of a kernel comes from (a loader inlined at several call sites, code the
+default path never runs).
 """
 import argparse
 import collections

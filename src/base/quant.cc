@@ -1,6 +1,7 @@
 // Q4_0 / Q8_0 / Q6_K row decoders and reference quantisers (see quant.h).
 #include "base/quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -149,7 +150,7 @@ void quantize_row_q4_0(const float* x, void* blocks, int64_t n) {
     b[i].d = f32_to_fp16(d);
     uint8_t q[kQK4_0];
     for (int j = 0; j < kQK4_0; ++j) {
-      // Two statements so the compiler cannot fuse them into an FMA (numpy rounds twice).
+      // Rounded twice, as numpy does (this file is compiled with -ffp-contract=off).
       float t = x[j] * inv;
       t = t + 8.5f;
       const float f = std::fmin(std::floor(t), 15.0f);
@@ -159,79 +160,104 @@ void quantize_row_q4_0(const float* x, void* blocks, int64_t n) {
   }
 }
 
+namespace {
+
+// Round to nearest, ties to even, for |v| < 2^22: adding 1.5·2^23 leaves the integer in the
+// mantissa (the rounding llama-quantize's K-quant search uses, so the same ties go the same way).
+inline int round_magic(float v) {
+  const float t = v + 12582912.0f;
+  int32_t i;
+  std::memcpy(&i, &t, 4);
+  return (i & 0x007FFFFF) - 0x00400000;
+}
+
+// The scale of one group of 16 values and their codes in [0, 2·nmax): the largest-magnitude value
+// maps to −nmax, then 18 nearby scales are tried and the one with the smallest x²-weighted error
+// (largest Σwxl²/Σwl²) kept. Float operations in the order llama-quantize performs them, each
+// rounded (no FMA contraction: see CMakeLists.txt), so the bytes equal its Q6_K output (checked
+// by the tiny256 test model's tensor checksum).
+float group_scale_search(const float* x, int nmax, int8_t* codes) {
+  float amax = 0.0f, vmax = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) amax = ax, vmax = x[i];
+  }
+  if (amax < 1e-15f) {
+    for (int i = 0; i < 16; ++i) codes[i] = 0;
+    return 0.0f;
+  }
+  auto code_of = [nmax](float iscale, float v) {
+    return std::max(-nmax, std::min(nmax - 1, round_magic(iscale * v)));
+  };
+  auto sums = [&](float iscale, float* sumlx, float* suml2) {
+    *sumlx = 0.0f, *suml2 = 0.0f;
+    for (int i = 0; i < 16; ++i) {
+      const int l = code_of(iscale, x[i]);
+      const float w = x[i] * x[i];
+      *sumlx += w * x[i] * static_cast<float>(l);
+      *suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+    }
+  };
+  float iscale = static_cast<float>(-nmax) / vmax;
+  float sumlx, suml2;
+  sums(iscale, &sumlx, &suml2);
+  for (int i = 0; i < 16; ++i) codes[i] = static_cast<int8_t>(code_of(iscale, x[i]) + nmax);
+  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / vmax;
+    sums(iscale, &sumlx, &suml2);
+    const float lhs = sumlx * sumlx;
+    const float rhs = best * suml2;
+    if (suml2 > 0.0f && lhs > rhs) {
+      for (int i = 0; i < 16; ++i) codes[i] = static_cast<int8_t>(code_of(iscale, x[i]) + nmax);
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+}  // namespace
+
 void quantize_row_q6_k(const float* x, void* blocks, int64_t n) {
   GEM_CHECK(n % kQK_K == 0, "Q6_K row of %lld values", static_cast<long long>(n));
   auto* b = static_cast<BlockQ6_K*>(blocks);
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    // Per group of 16: the signed scale that maps the largest-magnitude value to code -32.
-    float group_scale[16];
-    float max_scale = 0.0f;
-    float max_abs_scale = 0.0f;
+    int8_t codes[kQK_K];
+    float scales[16];
+    float max_scale = 0.0f, max_abs_scale = 0.0f;
     for (int g = 0; g < 16; ++g) {
-      float amax = std::fabs(x[16 * g]);
-      float vmax = x[16 * g];
-      for (int j = 1; j < 16; ++j) {
-        if (std::fabs(x[16 * g + j]) > amax) {
-          amax = std::fabs(x[16 * g + j]);
-          vmax = x[16 * g + j];
-        }
-      }
-      group_scale[g] = vmax / -32.0f;
-      if (std::fabs(group_scale[g]) > max_abs_scale) {
-        max_abs_scale = std::fabs(group_scale[g]);
-        max_scale = group_scale[g];
-      }
+      scales[g] = group_scale_search(x + 16 * g, 32, codes + 16 * g);
+      if (std::fabs(scales[g]) > max_abs_scale) max_abs_scale = std::fabs(scales[g]), max_scale = scales[g];
     }
-    // Super-block scale: the largest group scale maps to sub-scale -128 (the widest int8 side).
-    const uint16_t d16 = f32_to_fp16(max_scale / -128.0f);
-    const float d = fp16_to_f32(d16);
-    b[i].d = d16;
-    int code[kQK_K];
+    std::memset(&b[i], 0, sizeof(BlockQ6_K));
+    if (max_abs_scale < 1e-15f) continue;  // all zero (d = +0)
+    // Sub-scales in int8 against an fp16 super-block scale (the largest group scale ↦ −128),
+    // then every code re-rounded with the stored scale.
+    const float iscale = -128.0f / max_scale;
+    b[i].d = f32_to_fp16(1.0f / iscale);
+    const float d = fp16_to_f32(b[i].d);
     for (int g = 0; g < 16; ++g) {
-      const float* xg = x + 16 * g;
-      int* cg = code + 16 * g;
-      int best_sc = 0;
-      float best_err = INFINITY;
-      if (d != 0.0f && std::isfinite(d)) {
-        // The rounded sub-scale and its two neighbours: rounding the scale down clamps the
-        // largest value, rounding it up coarsens the rest; keep the one with the least error.
-        const float r = std::nearbyint(group_scale[g] / d);
-        for (float cand = r - 1.0f; cand <= r + 1.0f; cand += 1.0f) {
-          const int sc = static_cast<int>(std::fmin(std::fmax(cand, -128.0f), 127.0f));
-          const float step = d * static_cast<float>(sc);
-          const float inv = step != 0.0f ? 1.0f / step : 0.0f;
-          float err = 0.0f;
-          for (int j = 0; j < 16; ++j) {
-            const float q = std::fmin(std::fmax(std::nearbyint(xg[j] * inv), -32.0f), 31.0f);
-            const float e = xg[j] - step * q;
-            err += e * e;
-          }
-          if (err < best_err) {
-            best_err = err;
-            best_sc = sc;
-          }
-        }
-      }
-      b[i].scales[g] = static_cast<int8_t>(best_sc);
-      const float step = d * static_cast<float>(best_sc);
-      const float inv = step != 0.0f ? 1.0f / step : 0.0f;
+      b[i].scales[g] = static_cast<int8_t>(std::min(127, round_magic(iscale * scales[g])));
+      const float dg = d * static_cast<float>(b[i].scales[g]);
+      if (dg == 0.0f) continue;
       for (int j = 0; j < 16; ++j) {
-        const float q = std::nearbyint(xg[j] * inv);
-        cg[j] = static_cast<int>(std::fmin(std::fmax(q, -32.0f), 31.0f)) + 32;
+        const int l = std::max(-32, std::min(31, round_magic(x[16 * g + j] / dg)));
+        codes[16 * g + j] = static_cast<int8_t>(l + 32);
       }
     }
     // Pack the inverse of dequantize_row_q6_k's layout.
-    std::memset(b[i].ql, 0, sizeof(b[i].ql));
-    std::memset(b[i].qh, 0, sizeof(b[i].qh));
     for (int h = 0; h < 2; ++h) {
       uint8_t* ql = b[i].ql + 64 * h;
       uint8_t* qh = b[i].qh + 32 * h;
-      const int* c = code + 128 * h;
+      const int8_t* c = codes + 128 * h;
       for (int l = 0; l < 32; ++l) {
         ql[l] = static_cast<uint8_t>((c[l] & 0x0F) | ((c[l + 64] & 0x0F) << 4));
         ql[l + 32] = static_cast<uint8_t>((c[l + 32] & 0x0F) | ((c[l + 96] & 0x0F) << 4));
-        qh[l] = static_cast<uint8_t>((c[l] >> 4) | ((c[l + 32] >> 4) << 2) |
-                                     ((c[l + 64] >> 4) << 4) | ((c[l + 96] >> 4) << 6));
+        qh[l] = static_cast<uint8_t>((c[l] >> 4) | ((c[l + 32] >> 4) << 2) | ((c[l + 64] >> 4) << 4) |
+                                     ((c[l + 96] >> 4) << 6));
       }
     }
   }

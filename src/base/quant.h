@@ -27,9 +27,9 @@ void dequantize_row(DType type, const void* data, float* out, int64_t n);
 // quant_q4_0 byte for byte (float32 arithmetic in the same order, ties to even for Q8_0).
 void quantize_row_q8_0(const float* x, void* blocks, int64_t n);
 void quantize_row_q4_0(const float* x, void* blocks, int64_t n);
-// Q6_K: per 16-value group a signed scale (largest-magnitude value maps to code -32), int8
-// sub-scales relative to an fp16 super-block scale, codes rounded with the stored scales.
-// Not llama.cpp's iterative search: round-to-nearest, error within the group's step.
+// Q6_K: per 16-value group a scale found by a small weighted least-squares search, int8
+// sub-scales relative to an fp16 super-block scale, codes re-rounded with the stored scales;
+// the same bytes as llama-quantize's reference Q6_K quantiser (no importance matrix).
 void quantize_row_q6_k(const float* x, void* blocks, int64_t n);
 // F32/F16/BF16/Q4_0/Q8_0/Q6_K; aborts on other types.
 void quantize_row(DType type, const float* x, void* data, int64_t n);

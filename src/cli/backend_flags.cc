@@ -16,7 +16,7 @@ void add_backend_flags(CLI::App& app, BackendFlags& f) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("-c,--ctx-size", f.n_ctx, "context size in tokens (0: min(model context, 32768))")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-type", f.kv_type, "KV cache storage: f32, f16 or f16-full")
+  app.add_option("--kv-type", f.kv_type, "KV cache storage: f32, f16 (default) or f16-full")
       ->check(CLI::IsMember({"f32", "f16", "f16-full"}));
   app.add_option("-t,--threads", f.n_threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--tile,--ubatch-size", f.n_tile, "prompt tokens evaluated per layer pass")

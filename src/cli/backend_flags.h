@@ -1,4 +1,4 @@
-// Flags shared by the subcommands that run the model (run, serve, bench, logits): which backend,
+// Flags shared by the subcommands that run the model (run, serve, bench): which backend,
 // context, KV type, threads, prompt tile; and the one function that turns them into a backend.
 #pragma once
 
@@ -12,10 +12,16 @@
 
 namespace gem::cli {
 
+// The KV-cache storage every command that serves or measures the model uses unless told otherwise:
+// f16, as llama.cpp and llama-server (half the bytes of f32 and the tensor-core attention path on
+// CUDA). One default for serve, agent, run, bench and inspect, so that a server and the benchmark
+// of the same model at the same depth run the same kernels.
+inline constexpr const char* kDefaultKvType = "f16";
+
 struct BackendFlags {
   std::string backend = "auto";   // auto | cpu | cuda
   int n_ctx = 0;                  // 0: min(training context, 32768)
-  std::string kv_type = "f32";
+  std::string kv_type = kDefaultKvType;
   int n_threads = 0;
   int n_tile = 256;
   bool reference = false;

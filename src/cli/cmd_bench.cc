@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/timer.h"
+#include "cli/backend_flags.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "model/model.h"
@@ -31,11 +32,12 @@ struct BenchArgs {
   std::string depths = "0";
   int reps = 3;
   std::string backend = "auto";
-  std::string kv_type = "f16";
+  std::string kv_type = kDefaultKvType;
   int tile = 512;
   int threads = 0;
   int n_ctx = 0;
   std::string output = "md";
+  bool verbose = false;
 };
 
 Result<std::vector<int>> parse_list(const std::string& flag, const std::string& s) {
@@ -157,7 +159,11 @@ int run_bench(const BenchArgs& a) {
   Result<std::unique_ptr<Backend>> made = Status::error("unknown backend '" + backend + "' (cpu, cuda)");
   if (backend == "cpu") made = cpu::make_cpu_backend(m, o);
 #if GEM_HAVE_CUDA
-  if (backend == "cuda") made = make_cuda_backend(m, o);
+  if (backend == "cuda") {
+    const cuda::CudaTuning tuning = cuda::tuning_from_env();
+    if (a.verbose) std::fprintf(stderr, "cuda tuning:\n%s", cuda::describe(tuning).c_str());
+    made = make_cuda_backend(m, o, tuning);
+  }
 #else
   if (backend == "cuda") made = Status::error("this gem was built without the CUDA backend");
 #endif
@@ -248,6 +254,7 @@ RunFn setup_bench(CLI::App& sub) {
   sub.add_option("-t,--threads", a->threads, "CPU threads (0 = all)");
   sub.add_option("-c,--ctx-size", a->n_ctx, "context size (default: the largest depth + test)");
   sub.add_option("-o,--output", a->output, "md (table) or json")->check(CLI::IsMember({"md", "json"}));
+  sub.add_flag("-v,--verbose", a->verbose, "print the CUDA backend's tuning record");
   return [a] { return run_bench(*a); };
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 
+#include "cli/backend_flags.h"
 #include "cli/command.h"
 #include "model/model.h"
 
@@ -13,7 +14,7 @@ namespace {
 struct InspectArgs {
   std::string path;
   int n_ctx = 4096;
-  std::string kv_type = "f32";
+  std::string kv_type = kDefaultKvType;
 };
 
 std::string bytes_str(uint64_t b) {
@@ -96,7 +97,7 @@ RunFn setup_inspect(CLI::App& sub) {
   auto a = std::make_shared<InspectArgs>();
   sub.add_option("file", a->path, "GGUF model file")->required();
   sub.add_option("-c,--ctx-size", a->n_ctx, "context for the KV-cache figure (default 4096)");
-  sub.add_option("--kv-type", a->kv_type, "KV storage: f32 (default), f16 or f16-full")
+  sub.add_option("--kv-type", a->kv_type, "KV storage: f32, f16 (default) or f16-full")
       ->check(CLI::IsMember({"f32", "f16", "f16-full"}));
   return [a] { return run_inspect(*a); };
 }

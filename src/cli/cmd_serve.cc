@@ -82,7 +82,7 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
   app.add_option("-c,--ctx-size", a.n_ctx,
                  "context size in tokens (default 0: the model's, at most 32768)");
   app.add_option("-t,--threads", a.n_threads, "CPU threads (default 0: all)");
-  app.add_option("--kv-type,--cache-type-k", a.kv_type, "KV cache storage: f32, f16 or f16-full");
+  app.add_option("--kv-type,--cache-type-k", a.kv_type, "KV cache storage: f32, f16 (default) or f16-full");
   app.add_option("--alias", a.alias, "model name in /v1/models and responses (default: file stem)");
   app.add_option("--api-key", a.api_key,
                  "require this key (Authorization: Bearer or X-Api-Key); /health is exempt. "
@@ -121,6 +121,7 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
   static int ignored_ngl = 0;
   app.add_option("--n-gpu-layers,--gpu-layers", ignored_ngl,
                  "accepted for llama-server compatibility and ignored");
+  app.add_flag("--no-webui", a.no_webui, "do not serve the chat page at / (then / answers 404)");
   app.add_flag("-v,--verbose", a.verbose, "debug logging");
 }
 
@@ -191,6 +192,7 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   o.max_json_depth = a.max_json_depth;
   o.cors_origins = split_origins(a.cors);
   o.heartbeat_s = a.ping_s;
+  o.webui = !a.no_webui;
   o.build_info = std::string(GEM_VERSION) + "-" + build_commit();
   auto running = std::make_unique<RunningServer>();
   running->server = std::make_unique<server::Server>(o);

@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "model/synth.h"
 
 namespace gem::cli {
@@ -23,6 +24,7 @@ struct SynthArgs {
   std::string vocab;
   std::string output;
   std::string name;
+  std::string assistant_for;  // target GGUF: write its MTP assistant instead
   bool sparse = false;
   bool quiet = false;
 };
@@ -74,7 +76,21 @@ int run_synth(const SynthArgs& a) {
                  s > 0 ? done / 1e6 / s : 0.0, tty && done < total ? "" : "\n");
     std::fflush(stderr);
   };
-  auto summary = model::write_synth_model(opt, **vocab, a.output, progress);
+  Result<model::SynthSummary> summary = Status();
+  if (!a.assistant_for.empty()) {
+    // The assistant takes the target's shape and copies the target's tokenizer.
+    auto target = model::load_model(a.assistant_for);
+    if (!target.ok()) return fail("synth", "--assistant-for: " + target.message());
+    auto target_file = gguf::GgufFile::open(a.assistant_for);
+    if (!target_file.ok()) return fail("synth", "--assistant-for: " + target_file.message());
+    std::string stem = a.assistant_for.substr(a.assistant_for.find_last_of('/') + 1);
+    if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
+    opt.geometry = model::geometry_of((*target)->config, stem);
+    summary = model::write_synth_assistant(opt, model::assistant_geometry_for(opt.geometry), **target_file,
+                                           a.output, progress);
+  } else {
+    summary = model::write_synth_model(opt, **vocab, a.output, progress);
+  }
   if (!summary.ok()) return fail("synth", summary.message());
   std::printf("%s: profile %s, layout %s, seed %llu, fill %s%s, %llu tensors, %.3f B parameters, %llu bytes, "
               "%.1f s (%.2f GB/s)\n",
@@ -100,6 +116,8 @@ RunFn setup_synth(CLI::App& sub) {
   sub.add_option("--vocab", a->vocab, "vocab GGUF whose tokenizer.* keys are copied "
                                       "(default: $GEM_VOCAB, then data/gemma4-vocab.gguf)");
   sub.add_option("--name", a->name, "general.name (default gem-synth-<profile>-<layout>-s<seed>)");
+  sub.add_option("--assistant-for", a->assistant_for,
+                 "write the MTP assistant (gemma4-assistant) of this target GGUF instead of a model");
   sub.add_flag("--sparse", a->sparse, "leave the tensor data a hole (loader tests; not runnable)");
   sub.add_flag("-q,--quiet", a->quiet, "no progress line");
   sub.add_option("-o,--output", a->output, "output GGUF file")->required();

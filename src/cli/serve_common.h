@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/status.h"
+#include "cli/backend_flags.h"
 #include "server/server.h"
 
 namespace gem::cli {
@@ -19,7 +20,7 @@ struct ServeArgs {
   int port = 8080;
   int n_ctx = 0;            // 0: the model's training context, at most 32768
   int n_threads = 0;        // 0: all hardware threads
-  std::string kv_type = "f32";
+  std::string kv_type = kDefaultKvType;
   std::string alias;
   std::string api_key;       // --api-key, or resolve_api_key() from a file or the environment
   std::string api_key_file;
@@ -38,6 +39,7 @@ struct ServeArgs {
   bool reference = false;
   int ping_s = 10;
   bool verbose = false;
+  bool no_webui = false;    // --no-webui: no chat page at /
 };
 
 // Adds the server flags to `app`; `with_port` is false for `gem agent` (it picks a free port).

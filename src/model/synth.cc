@@ -1,7 +1,10 @@
 // gem synth: synthetic Gemma 4 dense models. Metadata and tensor order mirror
-// shared/tools/gguf_synth.py; the random numbers are gem's own (a counter-based splitmix64 per
-// tensor, so any chunk of any tensor can be produced independently and the bytes do not depend on
-// the writer's chunk size), so files are deterministic per seed but not byte-equal to the fixtures.
+// shared/tools/gguf_synth.py. The exact fill draws every value from the tensor's own numpy-PCG64
+// stream (pcg64.h), exactly as gguf_synth.py does, and quantises it with the same rules, so a
+// test model's tensor data equals the reference files llama.cpp's outputs were computed on (the
+// tests check its checksum). The fast fill (the 12B/31B) uses a counter-based splitmix64 instead:
+// random quant bytes at disk speed. Either way any chunk of a tensor is produced on its own, so
+// the bytes do not depend on the writer's chunk size.
 #include "model/synth.h"
 
 #include <fcntl.h>
@@ -15,6 +18,8 @@
 #include <memory>
 
 #include "base/check.h"
+#include "base/quant.h"
+#include "model/pcg64.h"
 
 namespace gem::model {
 namespace {
@@ -39,11 +44,6 @@ uint64_t stream_key(uint64_t seed, std::string_view name) {
 // The i-th 64-bit word of stream `key` (splitmix64 in counter mode).
 inline uint64_t stream_word(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * kGolden); }
 
-// Uniform in (-1, 1) from the top 53 bits.
-inline double uniform_pm1(uint64_t r) {
-  return (static_cast<double>(r >> 11) + 0.5) * (2.0 / 9007199254740992.0) - 1.0;
-}
-
 // A per-file pool of random words for the fast fill, read at a per-tensor offset and XORed
 // with a per-tensor key (as gguf_synth.py's FastPool): cheap, and no two tensors look alike.
 constexpr uint64_t kPoolWords = uint64_t{1} << 24;  // 128 MiB
@@ -61,7 +61,8 @@ enum class Kind { kEmbedding, kMatrix, kNorm, kRopeFreqs };
 struct TensorGen {
   DType type = DType::kF32;
   Kind kind = Kind::kNorm;
-  uint64_t key = 0;
+  uint64_t key = 0;         // fast fill: splitmix64 stream key
+  Pcg64 rng;                // exact fill: the tensor's stream at element 0
   double std = 0.0;         // matrices, embedding: uniform with this std
   double lo = 0.0, hi = 0.0;  // norms: uniform in [lo, hi)
   int rope_active = 0;      // rope_freqs: leading 1.0 entries
@@ -70,11 +71,12 @@ struct TensorGen {
   uint64_t pool_key = 0;    // fast: XOR key
   std::shared_ptr<const FastPool> pool;
 
-  float value(uint64_t i) const {
+  // Element i's value from its raw stream word r (gguf_synth.py's exact_chunks, same operations).
+  float value(uint64_t i, uint64_t r) const {
     if (kind == Kind::kRopeFreqs) return static_cast<int64_t>(i) < rope_active ? 1.0f : 1e30f;
-    const double u = uniform_pm1(stream_word(key, i));
+    const double u = uniform_pm1(r);
     if (kind == Kind::kNorm) return static_cast<float>(lo + (u + 1.0) * 0.5 * (hi - lo));
-    return static_cast<float>(u * std * std::sqrt(3.0));
+    return static_cast<float>(u * (std * std::sqrt(3.0)));
   }
   // Word j of block b: from the pool (fast) or the tensor's own stream (exact).
   uint64_t block_word(uint64_t b, uint64_t words_per_block, uint64_t j) const {
@@ -88,34 +90,6 @@ inline void put_half(uint8_t* dst, float v) {
   std::memcpy(dst, &h, 2);
 }
 
-// Round-to-nearest quantisers, the same rules as gguf_synth.py's quant_q8_0 / quant_q4_0.
-void quantize_q8_0_block(const float* x, uint8_t* dst) {
-  float amax = 0.0f;
-  for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[k]));
-  const float d = amax / 127.0f;
-  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-  put_half(dst, d);
-  for (int k = 0; k < 32; ++k) {
-    const float q = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
-    dst[2 + k] = static_cast<uint8_t>(static_cast<int8_t>(q));
-  }
-}
-
-void quantize_q4_0_block(const float* x, uint8_t* dst) {
-  float vmax = 0.0f;  // signed value of the largest magnitude
-  for (int k = 0; k < 32; ++k) {
-    if (std::fabs(x[k]) > std::fabs(vmax)) vmax = x[k];
-  }
-  const float d = vmax / -8.0f;
-  const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-  put_half(dst, d);
-  uint8_t q[32];
-  for (int k = 0; k < 32; ++k) {
-    q[k] = static_cast<uint8_t>(std::min(std::floor(x[k] * inv + 8.5f), 15.0f));
-  }
-  for (int k = 0; k < 16; ++k) dst[2 + k] = static_cast<uint8_t>(q[k] | (q[k + 16] << 4));
-}
-
 // Q6_K scales are drawn from 16..31; the std of d·sc·(code − 32) with uniform codes and scales.
 constexpr int kQ6ScaleLo = 16;
 double q6_k_unit_std() {
@@ -126,40 +100,41 @@ double q6_k_unit_std() {
   return std::sqrt(sc2 * code2);
 }
 
-// One block of the tensor (bytes of its type), block index b.
-void gen_block(const TensorGen& g, uint64_t b, uint8_t* dst) {
-  switch (g.type) {
-    case DType::kF32: {
-      const float v = g.value(b);
-      std::memcpy(dst, &v, 4);
-      return;
+// Blocks [b0, b0 + n) of an exact-fill tensor: the values of those elements from the tensor's
+// stream (jumped to the first), quantised as gguf_synth.py / llama-quantize do.
+void gen_exact_blocks(const TensorGen& g, uint64_t b0, uint64_t n, uint8_t* dst) {
+  const DTypeInfo info = dtype_info(static_cast<uint32_t>(g.type)).value();
+  const uint64_t epb = info.block_elems;
+  Pcg64 r = g.rng;
+  if (g.kind != Kind::kRopeFreqs) r.advance(b0 * epb);
+  std::vector<float> x(epb);
+  for (uint64_t b = b0; b < b0 + n; ++b, dst += info.block_bytes) {
+    for (uint64_t k = 0; k < epb; ++k) {
+      const uint64_t i = b * epb + k;
+      x[k] = g.value(i, g.kind == Kind::kRopeFreqs ? 0 : r.next());
     }
+    quantize_row(g.type, x.data(), dst, static_cast<int64_t>(epb));
+  }
+}
+
+// One block of a fast-fill tensor (random quant bytes with a fixed scale), block index b.
+void gen_fast_block(const TensorGen& g, uint64_t b, uint8_t* dst) {
+  switch (g.type) {
     case DType::kQ4_0:
     case DType::kQ8_0: {
       const bool q4 = g.type == DType::kQ4_0;
-      if (g.fast) {
-        // Random nibbles / int8 with one scale giving the requested std.
-        const double unit = q4 ? std::sqrt((16.0 * 16.0 - 1.0) / 12.0) : std::sqrt((256.0 * 256.0 - 1.0) / 12.0);
-        put_half(dst, static_cast<float>(g.std / unit));
-        const uint64_t words = q4 ? 2 : 4;
-        for (uint64_t j = 0; j < words; ++j) {
-          const uint64_t w = g.block_word(b, words, j);
-          std::memcpy(dst + 2 + 8 * j, &w, 8);
-        }
-        return;
-      }
-      float x[32];
-      for (int k = 0; k < 32; ++k) x[k] = g.value(b * 32 + static_cast<uint64_t>(k));
-      if (q4) {
-        quantize_q4_0_block(x, dst);
-      } else {
-        quantize_q8_0_block(x, dst);
+      // Random nibbles / int8 with one scale giving the requested std.
+      const double unit = q4 ? std::sqrt((16.0 * 16.0 - 1.0) / 12.0) : std::sqrt((256.0 * 256.0 - 1.0) / 12.0);
+      put_half(dst, static_cast<float>(g.std / unit));
+      const uint64_t words = q4 ? 2 : 4;
+      for (uint64_t j = 0; j < words; ++j) {
+        const uint64_t w = g.block_word(b, words, j);
+        std::memcpy(dst + 2 + 8 * j, &w, 8);
       }
       return;
     }
     case DType::kQ6_K: {
-      // Random 6-bit codes (ql[128], qh[64]), scales 16..31, d giving the requested std: gem
-      // has no Q6_K quantiser, and random codes are as good as quantised random values here.
+      // Random 6-bit codes (ql[128], qh[64]), scales 16..31, d giving the requested std.
       BlockQ6_K blk;
       static_assert(sizeof(blk.ql) + sizeof(blk.qh) == 24 * 8);
       uint8_t bits[24 * 8];
@@ -180,29 +155,38 @@ void gen_block(const TensorGen& g, uint64_t b, uint8_t* dst) {
       return;
     }
     default:
-      GEM_CHECK(false, "synth: no generator for dtype %u", static_cast<uint32_t>(g.type));
+      GEM_CHECK(false, "synth: no fast fill for dtype %u", static_cast<uint32_t>(g.type));
   }
+}
+
+void gen_blocks(const TensorGen& g, uint64_t b0, uint64_t n, uint8_t* dst) {
+  if (!g.fast) return gen_exact_blocks(g, b0, n, dst);
+  const uint64_t bb = dtype_info(static_cast<uint32_t>(g.type))->block_bytes;
+  for (uint64_t b = b0; b < b0 + n; ++b, dst += bb) gen_fast_block(g, b, dst);
 }
 
 gguf::GgufWriter::Filler make_filler(TensorGen g) {
   const uint64_t bb = dtype_info(static_cast<uint32_t>(g.type))->block_bytes;
   return [g = std::move(g), bb](uint64_t off, std::span<uint8_t> out) {
-    uint64_t b = off / bb;
-    uint64_t in = off % bb;
+    // Whole blocks straight into `out`; a block cut by either end of the chunk through a copy.
+    const uint64_t first = off / bb, last = (off + out.size() + bb - 1) / bb;  // [first, last)
+    std::vector<uint8_t> tmp(bb);
     size_t pos = 0;
-    uint8_t tmp[256];
-    while (pos < out.size()) {
-      if (in == 0 && out.size() - pos >= bb) {
-        gen_block(g, b, out.data() + pos);
-        pos += bb;
-      } else {  // a block cut by the chunk boundary
-        gen_block(g, b, tmp);
-        const size_t n = std::min<size_t>(bb - in, out.size() - pos);
-        std::memcpy(out.data() + pos, tmp + in, n);
-        pos += n;
-        in = 0;
-      }
-      ++b;
+    uint64_t b = first;
+    if (off % bb != 0 || out.size() < bb) {
+      gen_blocks(g, b, 1, tmp.data());
+      const size_t n = std::min<size_t>(bb - off % bb, out.size());
+      std::memcpy(out.data(), tmp.data() + off % bb, n);
+      pos = n, ++b;
+    }
+    const uint64_t whole = (out.size() - pos) / bb;
+    if (b < last && whole > 0) {
+      gen_blocks(g, b, whole, out.data() + pos);
+      pos += whole * bb, b += whole;
+    }
+    if (pos < out.size()) {
+      gen_blocks(g, b, 1, tmp.data());
+      std::memcpy(out.data() + pos, tmp.data(), out.size() - pos);
     }
   };
 }
@@ -271,6 +255,7 @@ std::vector<std::pair<ManifestEntry, TensorGen>> plan_tensors(const SynthOptions
   for (const ManifestEntry& e : manifest) {
     TensorGen t;
     t.key = stream_key(opt.seed, e.name);
+    t.rng = Pcg64::for_stream(opt.seed, e.name);
     const std::string_view n = e.name;
     switch (e.role) {
       case TensorRole::kEmbedding:
@@ -281,7 +266,7 @@ std::vector<std::pair<ManifestEntry, TensorGen>> plan_tensors(const SynthOptions
       case TensorRole::kMatrix:
         t.type = opt.matrix_type;
         t.kind = Kind::kMatrix;
-        t.std = 1.0 / std::sqrt(static_cast<double>(e.ne[0]));  // 1/sqrt(fan_in)
+        t.std = std::pow(static_cast<double>(e.ne[0]), -0.5);  // fan_in ** -0.5, as gguf_synth.py
         break;
       case TensorRole::kVector: {
         t.type = DType::kF32;
@@ -536,6 +521,171 @@ Result<SynthSummary> write_synth_model(const SynthOptions& opt, const gguf::Gguf
                                            static_cast<unsigned long long>(off),
                                            static_cast<unsigned long long>(s.file_bytes));
   }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+AssistantGeometry assistant_geometry_for(const SynthGeometry& t) {
+  AssistantGeometry a;
+  switch (t.n_embd) {
+    case 64: a.a_embd = 32, a.a_ff = 128; break;    // tiny
+    case 32: a.a_embd = 64, a.a_ff = 128; break;    // tiny6
+    case 256: a.a_embd = 64, a.a_ff = 256; break;   // tiny256, demo
+    default: a.a_embd = 1024, a.a_ff = 8192; break;  // 12B, 31B
+  }
+  return a;
+}
+
+SynthGeometry geometry_of(const Config& c, std::string name) {
+  SynthGeometry g;
+  g.name = std::move(name);
+  g.n_layer = c.n_layers;
+  g.n_embd = c.n_embd;
+  g.n_head = c.n_heads;
+  g.n_head_kv_swa = c.n_kv_heads_sliding;
+  g.head_dim_swa = c.head_dim_sliding;
+  g.n_head_kv_full = c.n_kv_heads_full;
+  g.head_dim_full = c.head_dim_full;
+  g.n_ff = c.n_ff;
+  g.n_swa = c.sliding_window;
+  g.n_ctx = c.context_length;
+  g.n_vocab = c.n_vocab;
+  g.rope_base_full = c.rope_theta_full;
+  g.rope_base_swa = c.rope_theta_sliding;
+  g.rms_eps = c.rms_eps;
+  g.softcap = c.final_logit_softcap;
+  return g;
+}
+
+Result<SynthSummary> write_synth_assistant(const SynthOptions& opt, const AssistantGeometry& a,
+                                           const gguf::GgufFile& vocab, const std::string& path,
+                                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SynthGeometry& g = opt.geometry;
+  if (a.a_embd == g.n_embd) {
+    return errorf("synth: an assistant as wide as its target (%d) is refused by llama.cpp "
+                  "(embedding_length_out must differ from embedding_length)", g.n_embd);
+  }
+  const DType mtype = opt.matrix_type, etype = opt.embd_type;
+  const int rope_active = static_cast<int>(g.head_dim_full * g.partial_rotary_full / 2);
+  auto swa = [&a](int il) { return il != a.a_layer - 1; };
+
+  // Tensors in gguf_synth.py's build_assistant_tensors order.
+  struct Item {
+    std::string name;
+    std::vector<uint64_t> ne;
+    TensorGen gen;
+  };
+  std::vector<Item> items;
+  uint64_t n_params = 0;
+  auto add = [&](std::string name, std::vector<uint64_t> ne, DType type, Kind kind, double std, double lo,
+                 double hi) {
+    TensorGen t;
+    t.type = type;
+    t.kind = kind;
+    t.rng = Pcg64::for_stream(opt.seed, "assistant/" + name);
+    t.key = stream_key(opt.seed, "assistant/" + name);
+    t.std = std, t.lo = lo, t.hi = hi;
+    t.rope_active = rope_active;
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    n_params += n;
+    items.push_back({std::move(name), std::move(ne), std::move(t)});
+  };
+  const auto E = static_cast<uint64_t>(a.a_embd), Et = static_cast<uint64_t>(g.n_embd);
+  const auto V = static_cast<uint64_t>(g.n_vocab), F = static_cast<uint64_t>(a.a_ff);
+  auto inv_sqrt = [](uint64_t n) { return std::pow(static_cast<double>(n), -0.5); };
+  add("token_embd.weight", {E, V}, etype, Kind::kEmbedding, a.a_embd_rms / std::sqrt(static_cast<double>(E)), 0, 0);
+  add("rope_freqs.weight", {static_cast<uint64_t>(g.head_dim_full / 2)}, DType::kF32, Kind::kRopeFreqs, 0, 0, 0);
+  add("output_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, a.a_out_lo, a.a_out_hi);
+  add("nextn.pre_projection.weight", {2 * Et, E}, mtype, Kind::kMatrix,
+      a.a_pre_gain / std::sqrt(static_cast<double>(2 * Et)), 0, 0);
+  add("nextn.post_projection.weight", {E, Et}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+  for (int il = 0; il < a.a_layer; ++il) {
+    const int hd = swa(il) ? g.head_dim_swa : g.head_dim_full;
+    const auto q = static_cast<uint64_t>(g.n_head * hd);
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const double qk = g.qk_gain * std::pow(static_cast<double>(hd), -0.25);
+    add(p + "attn_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, g.norm_lo, g.norm_hi);
+    add(p + "attn_q.weight", {E, q}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+    add(p + "attn_q_norm.weight", {static_cast<uint64_t>(hd)}, DType::kF32, Kind::kNorm, 0, 0.8 * qk, 1.2 * qk);
+    add(p + "attn_output.weight", {q, E}, mtype, Kind::kMatrix, inv_sqrt(q), 0, 0);
+    add(p + "post_attention_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, a.a_post_lo, a.a_post_hi);
+    add(p + "layer_output_scale.weight", {1}, DType::kF32, Kind::kNorm, 0, g.scale_lo, g.scale_hi);
+    add(p + "ffn_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, g.norm_lo, g.norm_hi);
+    add(p + "ffn_gate.weight", {E, F}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+    add(p + "ffn_up.weight", {E, F}, mtype, Kind::kMatrix, inv_sqrt(E), 0, 0);
+    add(p + "ffn_down.weight", {F, E}, mtype, Kind::kMatrix, inv_sqrt(F), 0, 0);
+    add(p + "post_ffw_norm.weight", {E}, DType::kF32, Kind::kNorm, 0, a.a_post_lo, a.a_post_hi);
+  }
+  const bool fast = opt.fill == SynthFill::kFast || (opt.fill == SynthFill::kAuto && n_params >= 2000000000ull);
+  std::shared_ptr<const FastPool> pool;
+  if (fast) pool = std::make_shared<FastPool>(opt.seed);
+  for (Item& it : items) {
+    TensorGen& t = it.gen;
+    if (pool && (t.type == DType::kQ4_0 || t.type == DType::kQ8_0)) {
+      t.fast = true;
+      t.pool = pool;
+      t.pool_key = stream_word(t.key, 0);
+      t.pool_start = stream_word(t.key, 1) % kPoolWords;
+    }
+  }
+
+  // Metadata: gguf_synth.py's assistant_items (spec §7.2), then provenance and the tokenizer.
+  gguf::GgufWriter w;
+  const std::string A = "gemma4-assistant";
+  auto u32 = [](int v) { return static_cast<uint32_t>(v); };
+  std::vector<int32_t> kv_heads;
+  std::unique_ptr<bool[]> pattern(new bool[static_cast<size_t>(a.a_layer)]);
+  for (int il = 0; il < a.a_layer; ++il) {
+    pattern[static_cast<size_t>(il)] = swa(il);
+    kv_heads.push_back(swa(il) ? g.n_head_kv_swa : g.n_head_kv_full);
+  }
+  const std::string name = opt.name.empty() ? strprintf("gem-synth-%s-assistant-s%llu", g.name.c_str(),
+                                                        static_cast<unsigned long long>(opt.seed))
+                                            : opt.name;
+  w.add_string("general.architecture", A);
+  w.add_string("general.type", "model");
+  w.add_string("general.name", name);
+  w.add_u32(A + ".block_count", u32(a.a_layer));
+  w.add_u32(A + ".context_length", u32(g.n_ctx));
+  w.add_u32(A + ".embedding_length", u32(a.a_embd));
+  w.add_u32(A + ".embedding_length_out", u32(g.n_embd));
+  w.add_u32(A + ".feed_forward_length", u32(a.a_ff));
+  w.add_u32(A + ".attention.head_count", u32(g.n_head));
+  w.add_i32_array(A + ".attention.head_count_kv", kv_heads);
+  w.add_f32(A + ".rope.freq_base", static_cast<float>(g.rope_base_full));
+  w.add_f32(A + ".rope.freq_base_swa", static_cast<float>(g.rope_base_swa));
+  w.add_f32(A + ".attention.layer_norm_rms_epsilon", static_cast<float>(g.rms_eps));
+  w.add_u32(A + ".attention.key_length", u32(g.head_dim_full));
+  w.add_u32(A + ".attention.value_length", u32(g.head_dim_full));
+  w.add_u32("general.file_type", file_type_of(mtype));
+  w.add_u32(A + ".attention.sliding_window", u32(g.n_swa));
+  w.add_u32(A + ".attention.shared_kv_layers", u32(a.a_layer));
+  w.add_u32(A + ".embedding_length_per_layer_input", 0);
+  w.add_bool_array(A + ".attention.sliding_window_pattern",
+                   std::span<const bool>(pattern.get(), static_cast<size_t>(a.a_layer)));
+  w.add_u32(A + ".attention.key_length_swa", u32(g.head_dim_swa));
+  w.add_u32(A + ".attention.value_length_swa", u32(g.head_dim_swa));
+  w.add_u32(A + ".rope.dimension_count", u32(g.head_dim_full));
+  w.add_u32(A + ".rope.dimension_count_swa", u32(g.head_dim_swa));
+  w.add_u32(A + ".nextn_predict_layers", u32(a.a_layer));
+  w.add_u32("general.quantization_version", 2);
+  w.add_u64("gem.synth.seed", opt.seed);
+  w.add_string("gem.synth.layout", opt.layout);
+  w.add_string("gem.synth.fill", fast ? "fast" : "exact");
+  w.add_string("gem.synth.geometry", geometry_json(g));
+  for (const gguf::KeyValue& kv : vocab.kvs()) {
+    if (kv.key.substr(0, 10) == "tokenizer.") w.add_kv_copy(kv);
+  }
+  for (Item& it : items) w.add_tensor(it.name, it.gen.type, it.ne, make_filler(std::move(it.gen)));
+  GEM_RETURN_IF_ERROR(w.write(path, progress, false));
+
+  SynthSummary s;
+  s.fill = fast ? "fast" : "exact";
+  s.n_tensors = items.size();
+  s.n_params = n_params;
+  s.file_bytes = w.file_size();
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
 }

@@ -88,4 +88,26 @@ Result<SynthSummary> write_synth_model(const SynthOptions& opt, const gguf::Gguf
                                        const std::string& path,
                                        const std::function<void(uint64_t, uint64_t)>& progress = {});
 
+// The MTP assistant (gemma4-assistant, spec §7) of a target: its own width and FFN, the target's
+// heads, head widths, window and RoPE; the 4 + 1 + 44 tensors and the metadata gguf_synth.py's
+// --assistant-for writes, values from streams keyed "assistant/<name>" (so, with the exact fill,
+// the same tensor data as the fixture tiny-q4_0-assistant for the tiny target, seed 1).
+struct AssistantGeometry {
+  int a_embd = 0;           // assistant width
+  int a_ff = 0;             // assistant FFN
+  int a_layer = 4;          // kinds S, S, S, F
+  double a_pre_gain = 0.2;  // nextn.pre_projection std = a_pre_gain / sqrt(2 * target width)
+  double a_post_lo = 0.2, a_post_hi = 0.4;
+  double a_embd_rms = 0.5;  // assistant token_embd std = a_embd_rms / sqrt(a_embd)
+  double a_out_lo = 5.0, a_out_hi = 9.0;
+};
+// The assistant shape gguf_synth.py pairs with a target width (1024 / 8192 for the real ones).
+AssistantGeometry assistant_geometry_for(const SynthGeometry& target);
+// The target's geometry read back from a loaded model's configuration (value ranges default).
+SynthGeometry geometry_of(const Config& target, std::string name);
+
+Result<SynthSummary> write_synth_assistant(const SynthOptions& target_opt, const AssistantGeometry& a,
+                                           const gguf::GgufFile& vocab, const std::string& path,
+                                           const std::function<void(uint64_t, uint64_t)>& progress = {});
+
 }  // namespace gem::model

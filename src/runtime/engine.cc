@@ -52,6 +52,13 @@ void Engine::clear_cache() {
   cached_logits_.clear();
 }
 
+void Engine::rollback() {
+  backend_->restore();
+  // A backend that could not keep its checkpoint (no memory for the journal) drops its cache
+  // instead: then so does the engine, and the next request starts cold.
+  if (backend_->n_past() != static_cast<int>(cached_.size())) clear_cache();
+}
+
 Status Engine::eval_prompt(std::span<const int32_t> prompt, int from, int to,
                            const GenerateCallbacks& cb) {
   const int n = static_cast<int>(prompt.size());
@@ -118,7 +125,7 @@ Result<bool> Engine::prefill(const GenerateRequest& request, const GenerateCallb
     if (is_cancel_status(st)) {
       // Put the state back as if this request had never run.
       if (extends) {
-        backend_->restore();
+        rollback();
       } else {
         backend_->reset();
       }
@@ -142,7 +149,7 @@ Result<bool> Engine::prefill(const GenerateRequest& request, const GenerateCallb
   // The generation prompt, after the checkpoint: rolled back with the output afterwards.
   Status st = eval_prompt(tokens, boundary, n, cb);
   if (is_cancel_status(st)) {
-    backend_->restore();  // back to the boundary: the new history stays cached
+    rollback();  // back to the boundary: the new history stays cached
     return false;
   }
   if (!st.ok()) {
@@ -240,7 +247,7 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   result.decode_seconds = decode_timer.seconds();
   // Roll back to the history boundary: neither the generated tokens nor the generation prompt
   // after the boundary leak into the next request.
-  backend_->restore();
+  rollback();
   if (!failure.ok()) {
     clear_cache();
     return failure.with_context("generation: ");

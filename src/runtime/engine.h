@@ -114,6 +114,9 @@ class Engine {
   // Returns false when cancelled.
   Result<bool> prefill(const GenerateRequest& request, const GenerateCallbacks& cb,
                        GenerateResult& result, std::span<const float>& logits);
+  // Backend::restore() to the cached history boundary; the cache is cleared when the backend
+  // did not land there (it dropped its checkpoint).
+  void rollback();
   // Evaluates prompt[from, to) on top of the cache, reporting progress over the whole prompt.
   // A cancellation comes back as a status whose message starts with "cancelled".
   Status eval_prompt(std::span<const int32_t> prompt, int from, int to,

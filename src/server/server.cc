@@ -22,6 +22,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "base/log.h"
 #include "base/timer.h"
@@ -30,6 +31,7 @@
 #include "server/api.h"
 #include "server/http.h"
 #include "server/prepare.h"
+#include "server/webui/index_html.h"  // generated from src/server/webui/index.html
 
 namespace gem::server {
 
@@ -391,7 +393,10 @@ bool Server::admit(const http::Request& req, http::Response& res) {
     res.send(200, "", "");
     return false;
   }
-  if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health") return true;
+  if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" ||
+      (options_.webui && req.path == "/" && req.method != "POST")) {  // the page holds no data
+    return true;
+  }
   std::string key;
   const std::string auth = req.header_value("authorization");
   // The scheme is case-insensitive (RFC 9110 §11.1): "bearer KEY" is as good as "Bearer KEY".
@@ -463,6 +468,16 @@ void Server::handle(const http::Request& req, http::Response& res) {
       return send_error(res, api_error(405, "invalid_request_error", "use POST " + p));
     }
     return handle_chat(req, res);
+  }
+  // The chat page (src/server/webui/index.html, embedded at build time; off with --no-webui).
+  // Its own requests carry the server's origin, which admit() lets through.
+  if (p == "/" && options_.webui && get) {
+    res.add_header("Content-Security-Policy", webui::kIndexCsp);
+    res.add_header("X-Content-Type-Options", "nosniff");
+    res.add_header("Referrer-Policy", "no-referrer");
+    res.add_header("Cache-Control", "no-cache");
+    return res.send(200, "text/html; charset=utf-8",
+                    std::string_view(webui::index_html().data(), webui::index_html().size()));
   }
   send_error(res, api_error(404, "not_found_error", "File Not Found"));
 }

@@ -55,6 +55,7 @@ struct ServerOptions {
   std::vector<std::string> cors_origins;
   int heartbeat_s = 10;             // longest SSE silence before a ": keep-alive" comment
   std::string build_info = "gem";   // /props build_info; fingerprint "b" + this
+  bool webui = true;                // serve the chat page (src/server/webui) at GET /
 };
 
 // FIFO admission: one request runs, at most `max_queue` wait; the rest are refused.

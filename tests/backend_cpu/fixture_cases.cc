@@ -30,7 +30,7 @@ FixtureCase load_case(const std::string& tag, const std::string& prompt_name) {
   c.prompt_name = prompt_name;
   const std::string dir = fixture("outputs/" + tag + "/");
   const std::string path = dir + prompt_name + ".json";
-  EXPECT_TRUE(file_exists(path)) << "fixture missing: " << path << " (set GEM_SHARED_DIR)";
+  EXPECT_TRUE(file_exists(path)) << missing_fixture_message(path);
   if (!file_exists(path)) return c;
   const nlohmann::json j = nlohmann::json::parse(read_text(path));
   c.prompt = j["prompt"].get<std::vector<int32_t>>();
@@ -45,6 +45,24 @@ FixtureCase load_case(const std::string& tag, const std::string& prompt_name) {
 
 std::vector<float> load_f32(const std::string& path) {
   const std::vector<uint8_t> bytes = read_file(path);
+  constexpr char kMagic[] = "GEMLGT16";  // tools/vendor_test_data.py: n, scale, n int16
+  constexpr size_t kHeader = 8 + 4 + 4;
+  if (bytes.size() >= kHeader && std::memcmp(bytes.data(), kMagic, 8) == 0) {
+    uint32_t n = 0;
+    float scale = 0.0f;
+    std::memcpy(&n, bytes.data() + 8, 4);
+    std::memcpy(&scale, bytes.data() + 12, 4);
+    EXPECT_EQ(bytes.size(), kHeader + 2ull * n) << path << ": truncated";
+    if (bytes.size() != kHeader + 2ull * n) return {};
+    std::vector<float> out(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      int16_t q;
+      std::memcpy(&q, bytes.data() + kHeader + 2ull * i, 2);
+      out[i] = static_cast<float>(q) * scale;
+    }
+    return out;
+  }
+  EXPECT_TRUE(bytes.size() % sizeof(float) == 0 && !bytes.empty()) << path << ": not a logit vector";
   std::vector<float> out(bytes.size() / sizeof(float));
   std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
@@ -66,7 +84,7 @@ const model::Model* fixture_model(const std::string& file) {
   auto it = models.find(file);
   if (it != models.end()) return it->second.get();
   const std::string path = fixture(file);
-  EXPECT_TRUE(file_exists(path)) << "fixture missing: " << path << " (set GEM_SHARED_DIR)";
+  EXPECT_TRUE(file_exists(path)) << missing_fixture_message(path);
   auto loaded = model::load_model(path);
   if (!loaded.ok()) {
     ADD_FAILURE() << "load_model(" << path << "): " << loaded.message();

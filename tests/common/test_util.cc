@@ -18,8 +18,23 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 std::string source_dir() { return env_or("GEM_SOURCE_DIR", GEM_DEFAULT_SOURCE_DIR); }
 std::string binary_dir() { return env_or("GEM_BINARY_DIR", GEM_DEFAULT_BINARY_DIR); }
-std::string shared_dir() { return env_or("GEM_SHARED_DIR", GEM_DEFAULT_SHARED_DIR); }
-std::string fixture(const std::string& rel) { return shared_dir() + "/fixtures/" + rel; }
+std::string test_models_dir() { return binary_dir() + "/test-models"; }
+
+std::string fixture(const std::string& rel) {
+  if (rel == "tiny-q4_0.gguf" || rel == "tiny6-f32.gguf" || rel == "tiny256-q6_k.gguf") {
+    return test_models_dir() + "/" + rel;
+  }
+  if (rel == "mtp/tiny-q4_0-assistant.gguf") return test_models_dir() + "/tiny-q4_0-assistant.gguf";
+  return source_dir() + "/tests/data/" + rel;
+}
+
+std::string missing_fixture_message(const std::string& path) {
+  if (path.rfind(test_models_dir(), 0) == 0) {
+    return "test model missing: " + path + " (the build writes it with gem synth: cmake --build " + binary_dir() +
+           ")";
+  }
+  return "test data missing: " + path + " (vendored in tests/data; tools/vendor_test_data.py rewrites it)";
+}
 std::string gem_binary() { return binary_dir() + "/bin/gem"; }
 
 bool file_exists(const std::string& path) { return std::filesystem::exists(path); }

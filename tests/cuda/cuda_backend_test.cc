@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "common/test_util.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "sampler/sampler.h"
 
 namespace gem {
@@ -45,7 +46,8 @@ struct Pair {
 
 // The CPU side is the scalar reference (exact f32 arithmetic) unless `fast`: then the error
 // budget is the CUDA path's own (f16 prompt products, 8-bit decode activations).
-Pair make_pair(const std::string& path, model::KvType kv, int n_ctx, int n_tile, bool fast = false) {
+Pair make_pair(const std::string& path, model::KvType kv, int n_ctx, int n_tile, bool fast = false,
+               const cuda::CudaTuning& tuning = cuda::kDefaultTuning) {
   Pair p;
   auto m = model::load_model(path);
   EXPECT_TRUE(m.ok()) << m.message();
@@ -59,7 +61,7 @@ Pair make_pair(const std::string& path, model::KvType kv, int n_ctx, int n_tile,
   oc.reference = !fast;
   auto c = cpu::make_cpu_backend(*p.model, oc);
   EXPECT_TRUE(c.ok()) << c.message();
-  auto g = make_cuda_backend(*p.model, o);
+  auto g = make_cuda_backend(*p.model, o, tuning);
   EXPECT_TRUE(g.ok()) << g.message();
   if (c.ok()) p.cpu = std::move(c).value();
   if (g.ok()) p.gpu = std::move(g).value();
@@ -191,26 +193,12 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
-// Environment settings for the life of a scope (some are read at load, some when a decode
-// graph is captured).
-struct ScopedEnv {
-  std::vector<std::pair<const char*, const char*>> vars;
-  explicit ScopedEnv(std::vector<std::pair<const char*, const char*>> v) : vars(std::move(v)) {
-    for (const auto& [k, val] : vars) setenv(k, val, 1);
-  }
-  ~ScopedEnv() {
-    for (const auto& [k, val] : vars) unsetenv(k);
-  }
-};
-
-// The 110-token prompt decoded token by token on a backend made and run under the given
-// environment settings matches the one-tile prompt at every position, twice (the captured graphs
-// are reused after reset()).
-void decode_matches_one_tile(const std::vector<std::pair<const char*, const char*>>& env) {
+// The 110-token prompt decoded token by token on a backend made with the given tuning matches
+// the one-tile prompt at every position, twice (the captured graphs are reused after reset()).
+void decode_matches_one_tile(const cuda::CudaTuning& tuning) {
   const std::string path = test::fixture("tiny-q4_0.gguf");
   GEM_REQUIRE_FIXTURE(path);
-  const ScopedEnv scoped(env);
-  Pair a = make_pair(path, model::KvType::kF16, 256, 256);
+  Pair a = make_pair(path, model::KvType::kF16, 256, 256, false, tuning);
   ASSERT_TRUE(a.gpu);
   const auto tokens = prompt_tokens("long");
   ASSERT_GT(tokens.size(), 64u);
@@ -231,32 +219,23 @@ void decode_matches_one_tile(const std::vector<std::pair<const char*, const char
   }
 }
 
-// Decode graphs per bucket of positions (GEM_CUDA_DECODE_BUCKETS, on by default; first bucket
-// 32 keys here instead of 1024): the prompt crosses buckets of 32, 64 and 128 keys, each with
-// its own split count on the full-attention layers.
+// Decode graphs per bucket of positions (on by default; first bucket 32 keys here instead of
+// 1024): the prompt crosses buckets of 32, 64 and 128 keys, each with its own split count on the
+// full-attention layers.
 TEST(CudaBackend, DecodeBucketsMatchOneTile) {
   REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_DECODE_BUCKETS", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
+  cuda::CudaTuning t;
+  t.decode_bucket_min = 32;
+  decode_matches_one_tile(t);
 }
 
-// The early exit of empty splits (GEM_CUDA_ATTN_SKIP_EMPTY=1) in every decode graph.
-TEST(CudaBackend, SkipEmptySplitsDecodeMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_ATTN_SKIP_EMPTY", "1"}, {"GEM_CUDA_DECODE_BUCKET_MIN", "32"}});
-}
-
-// The residual epilogues as clusters of blocks (GEM_CUDA_RES_CLUSTER; the tiny model's 64-wide
-// rows take clusters of 2): every norm of the step, captured in the decode graphs under PDL.
+// The residual epilogues as clusters of 2 blocks (the tiny model's 64-wide rows cannot take the
+// default 8): every norm of the step, captured in the decode graphs under PDL.
 TEST(CudaBackend, ClusteredResidualDecodeMatchesOneTile) {
   REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_RES_CLUSTER", "2"}});
-}
-
-// Both norms of each residual epilogue from one reduction (GEM_CUDA_RES_ONEPASS=1), in the
-// prompt tile and every decode graph.
-TEST(CudaBackend, OnePassResidualDecodeMatchesOneTile) {
-  REQUIRE_GPU();
-  decode_matches_one_tile({{"GEM_CUDA_RES_ONEPASS", "1"}});
+  cuda::CudaTuning t;
+  t.res_cluster = 2;
+  decode_matches_one_tile(t);
 }
 
 TEST(CudaBackend, CheckpointRestoreIsExact) {
@@ -290,6 +269,48 @@ TEST(CudaBackend, CheckpointRestoreIsExact) {
   expect_rows_close(p.gpu->logits(), got, "fresh vs restored", 1e-5, 0.0);
 }
 
+// A checkpoint whose journal cannot be allocated (forced by the tuning's test hook) loses the
+// cache, not correctness: restore() empties it, and an engine over that backend serves every
+// request, the second one starting cold with the same tokens as the first.
+TEST(CudaBackend, CheckpointAllocationFailureDropsTheCache) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  cuda::CudaTuning t;
+  t.fail_checkpoint_alloc = true;
+  Pair p = make_pair(path, model::KvType::kF32, 512, 16, false, t);
+  ASSERT_TRUE(p.gpu);
+  const auto prompt = prompt_tokens("long");
+  ASSERT_TRUE(p.gpu->eval(std::span(prompt).first(60), false).ok());
+  p.gpu->checkpoint();
+  ASSERT_TRUE(p.gpu->eval(std::span(prompt).subspan(60, 40), false).ok());
+  p.gpu->restore();
+  EXPECT_EQ(p.gpu->n_past(), 0);
+
+  runtime::Engine engine(std::move(p.gpu));
+  runtime::GenerateRequest req;
+  req.prompt.assign(prompt.begin(), prompt.begin() + 60);
+  req.n_history = 50;
+  req.max_tokens = 8;
+  req.stop_at_eog = false;
+  req.sampling.temperature = 0.0f;
+  std::vector<int32_t> out[2];
+  for (int i = 0; i < 2; ++i) {
+    runtime::GenerateCallbacks cb;
+    cb.on_token = [&out, i](int32_t tok) {
+      out[i].push_back(tok);
+      return true;
+    };
+    auto r = engine.generate(req, cb);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->n_generated, 8);
+    EXPECT_EQ(r->n_cached, 0) << "request " << i;
+    EXPECT_TRUE(engine.cached_tokens().empty());
+    EXPECT_EQ(engine.backend().n_past(), 0);
+  }
+  EXPECT_EQ(out[0], out[1]);
+}
+
 TEST(CudaBackend, CancelStopsAtATileAndErrorsOnOverflow) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");
@@ -309,11 +330,10 @@ TEST(CudaBackend, CancelStopsAtATileAndErrorsOnOverflow) {
 
 // Synthetic 12B / 31B (gem synth), named by environment variables because the files are
 // gigabytes: first-position top-20 and the first 16 greedy tokens against the CPU engine.
-void check_synth(const char* env, const std::vector<std::pair<const char*, const char*>>& vars = {}) {
+void check_synth(const char* env, const cuda::CudaTuning& tuning = cuda::kDefaultTuning) {
   const char* path = std::getenv(env);
   if (!path) GTEST_SKIP() << env << " is not set (path of a gem synth file)";
-  const ScopedEnv scoped(vars);
-  Pair p = make_pair(path, model::KvType::kF16, 1024, 256, /*fast=*/true);
+  Pair p = make_pair(path, model::KvType::kF16, 1024, 256, /*fast=*/true, tuning);
   ASSERT_TRUE(p.cpu && p.gpu);
   const std::vector<int32_t> prompt = prompt_tokens("short");  // <bos>The capital of France is
   ASSERT_TRUE(p.cpu->eval(prompt, false).ok());
@@ -346,21 +366,21 @@ TEST(CudaBackend, Synthetic31B) {
   REQUIRE_GPU();
   check_synth("GEM_CUDA_SYNTH_31B");
 }
-// The same with the full layers' split tensor-core decode from the first token on
-// (GEM_CUDA_ATTN_MMA=2; by default only past 4096 keys) reading only K's rotated quarter besides
-// V (GEM_CUDA_ATTN_SHARED_KV=1; the real structure: V is the raw K projection, rope_freqs turns
-// 64 of 256 pairs).
+// The same with the full layers' split tensor-core decode from the first token on (by default
+// only past 4096 keys), reading only K's rotated quarter besides V (the real structure: V is the
+// raw K projection, rope_freqs turns 64 of 256 pairs).
+cuda::CudaTuning split_form() {
+  cuda::CudaTuning t;
+  t.attn_form = 2;
+  return t;
+}
 TEST(CudaBackend, Synthetic12BSplitDecode) {
   REQUIRE_GPU();
-  check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_ATTN_MMA", "2"}, {"GEM_CUDA_ATTN_SHARED_KV", "1"}});
-}
-TEST(CudaBackend, Synthetic12BOnePassResidual) {
-  REQUIRE_GPU();
-  check_synth("GEM_CUDA_SYNTH_12B", {{"GEM_CUDA_RES_ONEPASS", "1"}});
+  check_synth("GEM_CUDA_SYNTH_12B", split_form());
 }
 TEST(CudaBackend, Synthetic31BSplitDecode) {
   REQUIRE_GPU();
-  check_synth("GEM_CUDA_SYNTH_31B", {{"GEM_CUDA_ATTN_MMA", "2"}, {"GEM_CUDA_ATTN_SHARED_KV", "1"}});
+  check_synth("GEM_CUDA_SYNTH_31B", split_form());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -18,8 +19,15 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops_ref.h"
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/ops.cuh"
+#include "backend/cuda/sample.cuh"
+#include "backend/cuda/tuning.h"
 #include "base/dtype.h"
 #include "sampler/sampler.h"
 
@@ -163,117 +171,14 @@ std::vector<double> q8_error_bound(const model::TensorView& w, const std::vector
   return bound;
 }
 
-// The load forms of the quantised products: register loads L2 evict-first and normal, with the
-// first weights loaded after the wait instead of before it (preload off); bulk copies through shared memory with the default ring, a small one that
-// cuts every row of these widths into column parts, a one-slot ring of tiny chunks, and two rows
-// per consumer warp (the default ring, and a cut one with 3 warps so chunks end mid-pair); register
-// loads with the activations staged in shared memory, 4 and 8 blocks per lane and round.
-constexpr int kMatvecVariants = 10;
-cuda::MatvecConfig matvec_variant(int v) {
-  cuda::MatvecConfig c;
-  c.evict_first = v != 1;
-  c.preload = v != 2;  // 2: the activations' wait before the first weight loads
-  c.bulk = v >= 3 && v <= 7;
-  c.x_smem = v >= 8;
-  c.q4_unroll = v == 9 ? 8 : 4;
-  c.bulk_rows = v >= 6 ? 2 : 1;
-  if (v == 4) {
-    c.bulk_warps = 4;
-    c.bulk_slots = 2;
-    c.bulk_slot_bytes = 2048;
-    c.bulk_min_copy = 0;
-  } else if (v == 5) {
-    c.bulk_warps = 3;
-    c.bulk_slots = 1;
-    c.bulk_slot_bytes = 256;
-    c.bulk_min_copy = 0;
-  } else if (v == 7) {
-    c.bulk_warps = 3;
-    c.bulk_slots = 2;
-    c.bulk_slot_bytes = 4096;
-    c.bulk_min_copy = 0;
-  }
-  return c;
-}
-
-// bulk_shape: chunks within the budget, 16-byte copies, every block of a row covered once.
-TEST(CudaMatvec, BulkShapesFitTheirBudget) {
-  for (int nb : {8, 120, 128, 168, 480, 512, 672}) {
-    for (int qb : {16, 32}) {
-      for (int mats : {1, 2}) {
-        for (int rows : {1, 3, 16}) {
-          for (int budget : {256, 2048, 6144, 36864, 1 << 20}) {
-            const cuda::BulkShape sh = cuda::bulk_shape(nb, qb, mats, rows, budget);
-            const std::string what = "nb " + std::to_string(nb) + " qb " + std::to_string(qb) +
-                                     " mats " + std::to_string(mats) + " rows " +
-                                     std::to_string(rows) + " budget " + std::to_string(budget);
-            EXPECT_EQ(sh.kb * sh.parts, nb) << what;
-            EXPECT_EQ(sh.kb % 8, 0) << what;
-            const int chunk = rows * mats * sh.kb * (qb + 2);
-            EXPECT_GE(sh.slot_bytes, chunk) << what;
-            EXPECT_EQ(sh.slot_bytes % 128, 0) << what;
-            if (rows * mats * 8 * (qb + 2) <= budget) {
-              EXPECT_LE(chunk, budget) << what;
-            } else {
-              EXPECT_EQ(sh.kb, 8) << what;  // the finest cut
-            }
-            if (rows * mats * nb * (qb + 2) <= budget) {
-              EXPECT_EQ(sh.parts, 1) << what;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-// bulk_plan: at the 12B/31B widths with chunks of 8 rows and an H200's 227 KB, no product
-// copies rows in column parts under min_copy bytes (whole rows in at least two slots instead);
-// with little shared memory it keeps whole rows only where two slots of them fit; with
-// min_copy 0 the budget alone decides.
-TEST(CudaMatvec, BulkPlanAvoidsSmallCopies) {
-  const int h200 = 232448;
-  struct Case {
-    int nb, qb, mats;
-  };
-  // q|k|v, attn_output (sliding/full), gate|up, ffn_down, the Q8_0 head; 12B then 31B.
-  for (const Case c : {Case{120, 16, 1}, Case{128, 16, 1}, Case{120, 16, 2}, Case{480, 16, 1},
-                       Case{120, 32, 1}, Case{168, 16, 1}, Case{256, 16, 1}, Case{512, 16, 1},
-                       Case{168, 16, 2}, Case{672, 16, 1}, Case{168, 32, 1}}) {
-    const std::string what = "nb " + std::to_string(c.nb) + " qb " + std::to_string(c.qb) +
-                             " mats " + std::to_string(c.mats);
-    const cuda::BulkShape budget_cut = cuda::bulk_shape(c.nb, c.qb, c.mats, 8, 36864);
-    for (int min_copy : {2048, 1 << 30}) {
-      const cuda::BulkPlan p = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 36864, min_copy, h200);
-      if (budget_cut.kb * c.qb < min_copy) {
-        EXPECT_EQ(p.shape.parts, 1) << what << " min_copy " << min_copy;
-      } else {
-        EXPECT_EQ(p.shape.parts, budget_cut.parts) << what << " min_copy " << min_copy;
-      }
-      EXPECT_GE(p.slots, 2) << what;
-      EXPECT_LE(p.smem, static_cast<size_t>(h200)) << what;
-      EXPECT_GE(p.smem, static_cast<size_t>(p.slots) * p.shape.slot_bytes) << what;
-    }
-    // 48 KB: whole rows where two slots of them fit, else chunks within the 4 KB budget.
-    const cuda::BulkPlan small = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 4096, 1 << 30, 48 * 1024);
-    const size_t whole_row_slot = static_cast<size_t>(8) * c.mats * c.nb * (c.qb + 2);
-    const size_t whole_two = 2 * (whole_row_slot + 16) + 40 * c.nb;
-    if (whole_two <= 48 * 1024) {
-      EXPECT_EQ(small.shape.parts, 1) << what;
-    } else {
-      EXPECT_LE(small.shape.slot_bytes, std::max(4096, 8 * c.mats * 8 * (c.qb + 2)) + 127) << what;
-    }
-    EXPECT_GE(small.slots, 1) << what;
-    EXPECT_LE(small.smem, static_cast<size_t>(48 * 1024)) << what;
-    // min_copy 0: the budget alone decides (the test variants that cut rows into parts).
-    const cuda::BulkPlan cut = cuda::bulk_plan(c.nb, c.qb, c.mats, 8, 4, 2048, 0, h200);
-    EXPECT_EQ(cut.shape.slot_bytes, cuda::bulk_shape(c.nb, c.qb, c.mats, 8, 2048).slot_bytes) << what;
-    EXPECT_GT(cut.shape.parts, 1) << what;
-  }
-  // The cases run 8 measured: the 12B's ffn_down keeps its 3,840-byte parts, the 31B's gate|up
-  // (896-byte parts under the budget) goes whole-row.
-  EXPECT_EQ(cuda::bulk_plan(480, 16, 1, 8, 4, 36864, 2048, h200).shape.parts, 2);
-  EXPECT_EQ(cuda::bulk_plan(168, 16, 2, 8, 4, 36864, 2048, h200).shape.parts, 1);
+// The load forms of the quantised products: L2 evict-first and normal, with the first weights
+// loaded after the wait instead of before it (preload off).
+constexpr int kMatvecVariants = 3;
+cuda::CudaTuning matvec_variant(int v) {
+  cuda::CudaTuning t;
+  t.mv_evict_first = v != 1;
+  t.mv_preload = v != 2;
+  return t;
 }
 
 void check_matvec(DType type, int64_t rows, int64_t cols) {
@@ -293,7 +198,7 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
   for (int variant = 0; variant < (q8 ? kMatvecVariants : 1); ++variant) {
-    const cuda::MatvecConfig c = matvec_variant(variant);
+    const cuda::CudaTuning c = matvec_variant(variant);
     cudaMemset(dy.p, 0xff, rows * sizeof(float));  // NaN: a row left unwritten fails
     cuda::matvec(dw.m, dx.p, q, 1, dy.p, 0.0f, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -310,60 +215,34 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   }
 }
 
-// GEM_CUDA_SKIP's list (host code: runs without a GPU). Exact names only; an unknown one is an
-// error that names it.
-TEST(CudaDecodeSkip, ParsesKnownNamesAndRejectsOthers) {
-  Result<unsigned> one = cuda::parse_decode_skip("attn");
-  ASSERT_TRUE(one.ok());
-  EXPECT_EQ(*one, static_cast<unsigned>(cuda::kSkipAttn));
-  Result<unsigned> many = cuda::parse_decode_skip("res,q8,prologue,attn");
-  ASSERT_TRUE(many.ok());
-  EXPECT_EQ(*many, static_cast<unsigned>(cuda::kSkipRes | cuda::kSkipQ8 | cuda::kSkipPrologue |
-                                         cuda::kSkipAttn));
-  for (const char* bad : {"q8x", "res,bogus", "res,", "", "RES"}) {
-    Result<unsigned> r = cuda::parse_decode_skip(bad);
-    ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("unknown decode kernel"), std::string::npos) << bad;
+// The tuning record's environment overrides (host code: runs without a GPU): the defaults when
+// unset, a listed value taken, anything else the default.
+TEST(CudaTuning, EnvOverridesTakeOnlyListedValues) {
+  auto with = [](std::map<std::string, std::string> env) {
+    return cuda::tuning_from_env([env](const char* name) -> const char* {
+      const auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  const cuda::CudaTuning d = with({});
+  EXPECT_EQ(d.pdl, cuda::PdlMode::kAll);
+  EXPECT_EQ(d.res_cluster, 8);
+  EXPECT_EQ(d.splits_per_sm, 2);
+  EXPECT_EQ(d.attn_split_shape, 1);
+  const cuda::CudaTuning t = with({{"GEM_CUDA_PDL", "prefill"}, {"GEM_CUDA_RES_CLUSTER", "4"},
+                                   {"GEM_CUDA_SPLITS_PER_SM", "3"},
+                                   {"GEM_CUDA_ATTN_SPLIT_SHAPE", "2"}});
+  EXPECT_EQ(t.pdl, cuda::PdlMode::kPrefill);
+  EXPECT_EQ(t.res_cluster, 4);
+  EXPECT_EQ(t.splits_per_sm, 3);
+  EXPECT_EQ(t.attn_split_shape, 2);
+  EXPECT_EQ(with({{"GEM_CUDA_PDL", "0"}}).pdl, cuda::PdlMode::kOff);
+  for (const char* bad : {"3", "16", "-2", "x", "4x", "false"}) {
+    EXPECT_EQ(with({{"GEM_CUDA_RES_CLUSTER", bad}}).res_cluster, 8) << bad;
+    EXPECT_EQ(with({{"GEM_CUDA_PDL", bad}}).pdl, cuda::PdlMode::kAll) << bad;
   }
-  EXPECT_NE(cuda::parse_decode_skip("res,bogus").status().message().find("\"bogus\""),
-            std::string::npos);
-}
-
-// env_pick (host code: runs without a GPU): a value outside the list, or not an integer, gives
-// the fallback; a listed one is taken.
-TEST(CudaEnv, PickTakesOnlyListedValues) {
-  const char* name = "GEM_CUDA_TEST_PICK";
-  unsetenv(name);
-  EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 0);
-  setenv(name, "4", 1);
-  EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 4);
-  for (const char* bad : {"3", "16", "-2", "x", "4x"}) {
-    setenv(name, bad, 1);
-    EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 0) << bad;
-    EXPECT_EQ(cuda::env_pick(name, 0, {0, 2, 4, 8}), 0) << bad << " (second read)";
-  }
-  unsetenv(name);
-}
-
-TEST(CudaEnv, FlagTakesOnlyBooleans) {
-  const char* name = "GEM_CUDA_TEST_FLAG";
-  unsetenv(name);
-  EXPECT_TRUE(cuda::env_flag(name, true));
-  EXPECT_FALSE(cuda::env_flag(name, false));
-  for (const char* on : {"1", "true", "on", "yes"}) {
-    setenv(name, on, 1);
-    EXPECT_TRUE(cuda::env_flag(name, false)) << on;
-  }
-  for (const char* off : {"0", "false", "off", "no"}) {
-    setenv(name, off, 1);
-    EXPECT_FALSE(cuda::env_flag(name, true)) << off;
-  }
-  for (const char* bad : {"2", "x", "1x", "False"}) {
-    setenv(name, bad, 1);
-    EXPECT_TRUE(cuda::env_flag(name, true)) << bad;
-    EXPECT_FALSE(cuda::env_flag(name, false)) << bad << " (second read)";
-  }
-  unsetenv(name);
+  EXPECT_EQ(with({{"GEM_CUDA_SPLITS_PER_SM", "9"}}).splits_per_sm, 2);
+  EXPECT_NE(cuda::describe(t).find("res_cluster = 4"), std::string::npos);
 }
 
 TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
@@ -400,7 +279,7 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
   for (int variant = 0; variant < kMatvecVariants; ++variant) {
-    const cuda::MatvecConfig c = matvec_variant(variant);
+    const cuda::CudaTuning c = matvec_variant(variant);
     cudaMemset(dy.p, 0xff, F * sizeof(float));
     cuda::matvec_gated(dg.m, du.m, q, 1, dy.p, nullptr, c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -443,22 +322,14 @@ TEST(CudaDequant, F16RowsMatchGetRow) {
   }
 }
 
-// The residual epilogues' launch forms: one block per row, or a cluster of 2, 4 or 8 blocks
-// per row (GEM_CUDA_RES_CLUSTER, read at every launch).
-// GEM_CUDA_RES_CLUSTER, then ":1" for the one-pass epilogue (GEM_CUDA_RES_ONEPASS=1: both
-// norms from one reduction).
-const char* const kResidualForms[] = {"0", "2", "4", "8", "0:1", "2:1", "8:1"};
-struct ResidualForm {
-  explicit ResidualForm(const char* v) {
-    const std::string f(v);
-    setenv("GEM_CUDA_RES_CLUSTER", f.substr(0, f.find(':')).c_str(), 1);
-    setenv("GEM_CUDA_RES_ONEPASS", f.find(":1") != std::string::npos ? "1" : "0", 1);
-  }
-  ~ResidualForm() {
-    unsetenv("GEM_CUDA_RES_CLUSTER");
-    unsetenv("GEM_CUDA_RES_ONEPASS");
-  }
-};
+// The residual epilogues' launch forms: one block per row, or (one-row launches) a cluster of
+// 2, 4 or 8 blocks per row (CudaTuning::res_cluster).
+const int kResidualClusters[] = {1, 2, 4, 8};
+cuda::CudaTuning res_cluster(int c) {
+  cuda::CudaTuning t;
+  t.res_cluster = c;
+  return t;
+}
 
 // The q of value i of a 32-block of v by the CPU fast path's rounding (cpu::round_block_q8),
 // which the GPU's q8 copies follow exactly.
@@ -470,17 +341,17 @@ int8_t cpu_q8(const std::vector<float>& v, size_t i) {
 
 TEST(CudaNorm, RmsNormAndQ8Copy) {
   REQUIRE_GPU();
-  for (const char* form : kResidualForms) {
-    const ResidualForm scoped(form);
+  for (const int form : kResidualClusters) {
+    const cuda::CudaTuning t = res_cluster(form);
     for (int cols : {3840, 5376, 64}) {
-      const int n = 3;
+      const int n = form > 1 ? 1 : 3;
       const auto x = randn(static_cast<size_t>(n) * cols, 3.0f), w = randn(cols);
       std::vector<float> ref(x.size());
       cpu::rms_norm(x.data(), w.data(), n, cols, 1e-6f, ref.data());
       Dev<float> dx(x), dw(w), dy(x.size());
       Dev<int8_t> q(x.size());
       Dev<float2> ds(x.size() / 32);
-      cuda::rms_norm(dx.p, dw.p, n, cols, 1e-6f, dy.p, cuda::Q8Act{q.p, ds.p}, nullptr);
+      cuda::rms_norm(dx.p, dw.p, n, cols, 1e-6f, dy.p, cuda::Q8Act{q.p, ds.p}, nullptr, t);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto y = dy.get();
       const auto qv = q.get();
@@ -499,10 +370,10 @@ TEST(CudaNorm, RmsNormAndQ8Copy) {
 
 TEST(CudaNorm, ResidualEpilogues) {
   REQUIRE_GPU();
-  for (const char* form : kResidualForms) {
-    const ResidualForm scoped(form);
+  for (const int form : kResidualClusters) {
+    const cuda::CudaTuning t = res_cluster(form);
     for (int E : {3840, 5376}) {
-      const int n = 2;
+      const int n = form > 1 ? 1 : 2;
       const auto x = randn(n * E), a = randn(n * E, 5.0f), wp = randn(E), wn = randn(E);
       const float scale = 0.97f;
       // Reference: x' = (x + rms(a, wp))·scale, h = rms(x', wn).
@@ -515,7 +386,7 @@ TEST(CudaNorm, ResidualEpilogues) {
       Dev<int8_t> q(static_cast<size_t>(n) * E);
       Dev<float2> qd(n * E / 32);
       cuda::residual_norm_scale(dx.p, da.p, dwp.p, ds.p, dwn.p, n, E, 1e-6f, dh.p,
-                                cuda::Q8Act{q.p, qd.p}, nullptr);
+                                cuda::Q8Act{q.p, qd.p}, nullptr, t);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto gx = dx.get(), gh = dh.get();
       const auto qv = q.get();
@@ -638,20 +509,17 @@ bool rotated_dim(int D, int d) { return d % (D / 2) < D / 8; }
 // projection), AttnArgs::k_shared_w set; the device's copy of those K dims is then NaN, so a
 // kernel that read them would fail.
 void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int pos0, int n,
-                     int n_splits, AttnPath path = AttnPath::kSplit, bool shared_kv = false) {
+                     int n_splits, AttnPath path = AttnPath::kSplit, bool shared_kv = false,
+                     const cuda::CudaTuning& t = cuda::kDefaultTuning) {
   const bool ring = window > 0;
   const size_t cache_elems = static_cast<size_t>(G) * n_slots * D;
   // The tensor-core paths round Q and P to f16: they get inputs exact in f16 (see grid_values)
   // and the bound for P's rounding below. The decode takes that form for f16 caches with 8 or
   // 16 heads per KV head.
   const int r = H / G;
-  const char* small = std::getenv("GEM_CUDA_ATTN_MMA_SMALL");
-  const bool small_on = small != nullptr && small[0] != '\0' && small[0] != '0';
-  // GEM_CUDA_ATTN_MMA=0 turns the tensor-core forms off (the CUDA-core kernel takes every case).
-  const char* forced = std::getenv("GEM_CUDA_ATTN_MMA");
-  const bool mma_off = forced != nullptr && std::string(forced) == "0";
-  const bool mma = path == AttnPath::kDecode && f16 && !mma_off &&
-                   (r == 8 || r == 16 || (small_on && (r == 2 || r == 4))) && (D == 256 || D == 512);
+  // attn_form 0 turns the tensor-core forms off (the CUDA-core kernel takes every case).
+  const bool mma = path == AttnPath::kDecode && f16 && t.attn_form != 0 && (r == 8 || r == 16) &&
+                   (D == 256 || D == 512);
   const bool exact = path == AttnPath::kPrefill || mma;
   auto kc = exact ? grid_values(cache_elems, 16, 1.0f) : randn(cache_elems);
   auto vc = exact ? grid_values(cache_elems, 16, 1.0f) : randn(cache_elems);
@@ -788,12 +656,12 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
   if (shared_kv) a.k_shared_w = dkw.p;
   if (path == AttnPath::kDecode) {
     ASSERT_TRUE(cuda::attention_decode_supported(a));
-    ASSERT_EQ(cuda::attention_decode_uses_mma(a), mma);
+    ASSERT_EQ(cuda::attention_decode_uses_mma(a, t), mma);
   }
   if (shared_kv) {
-    ASSERT_TRUE(cuda::attention_decode_shares_kv(a)) << "the case must take that form";
+    ASSERT_TRUE(cuda::attention_decode_shares_kv(a, t)) << "the case must take that form";
   }
-  cuda::attention(a, nullptr);
+  cuda::attention(a, nullptr, t);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto o = out.get();
   float vmax = 0.0f;
@@ -819,95 +687,85 @@ TEST(CudaAttention, DecodeOverRingAndFullCaches) {
 }
 
 // The decode kernel's cases: the CUDA-core form on rings and full caches, then the tensor-core
-// forms and the merge in 32-element chunks.
-void check_decode_cases() {
+// forms and the merge in 32-element chunks; `base` sets the fields these cases leave alone.
+void check_decode_cases(const cuda::CudaTuning& base) {
   const auto P = AttnPath::kDecode;
-  check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P);  // 12B sliding, wrapped ring
-  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16, not full
-  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P);   // 12B full at depth 33K
-  check_attention(16, 1, 512, 0, 40000, false, 70, 1, 264, P);     // short: few splits busy
-  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // 31B full
-  check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P);  // 31B sliding
-  check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P);             // r = 1, first token
-  check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, tiny ring
+  auto with = [&](int form, int shape, int merge_chunk = 0) {
+    cuda::CudaTuning t = base;
+    t.attn_form = form;
+    t.attn_split_shape = shape;
+    t.merge_chunk = merge_chunk;
+    return t;
+  };
+  const cuda::CudaTuning d = with(-1, 1);
+  check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P, false, d);  // 12B sliding, wrapped
+  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P, false, d);    // 12B sliding, f16
+  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P, false, d);   // 12B full, depth 33K
+  check_attention(16, 1, 512, 0, 40000, false, 70, 1, 264, P, false, d);     // short: few splits busy
+  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P, false, d);     // 31B full
+  check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P, false, d);  // 31B sliding
+  check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P, false, d);             // r = 1, first token
+  check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P, false, d);           // r = 4, tiny ring
   // Tensor-core forms (f16, 8 or 16 heads per KV head): partial tiles, one split, many splits;
   // the form that computes S whole in every warp, then the split form in each tile shape.
-  for (const char* form : {"1", "2:0", "2:1", "2:2", "2:3"}) {
-    setenv("GEM_CUDA_ATTN_MMA2_SHAPE", form[0] == '2' ? form + 2 : "0", 1);
-    setenv("GEM_CUDA_ATTN_MMA", form[0] == '2' ? "2" : "1", 1);
-    SCOPED_TRACE(std::string("tensor-core form ") + form);
-    check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P);     // 31B full, f16
-    check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P);       // a single partial tile
-    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 132, P);  // 12B full at depth 33K
-    check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P);      // r = 16, D = 256
-    check_attention(16, 2, 256, 1024, 1024, true, 3000, 1, 33, P);  // r = 8 on a wrapped ring
-    unsetenv("GEM_CUDA_ATTN_MMA");
+  for (const auto& [form, shape] : {std::pair{1, 0}, {2, 0}, {2, 1}, {2, 2}, {2, 3}}) {
+    const cuda::CudaTuning t = with(form, shape);
+    SCOPED_TRACE("tensor-core form " + std::to_string(form) + ":" + std::to_string(shape));
+    check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P, false, t);     // 31B full, f16
+    check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P, false, t);       // a partial tile
+    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 132, P, false, t);  // 12B full, 33K
+    check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P, false, t);      // r = 16, D = 256
+    check_attention(16, 2, 256, 1024, 1024, true, 3000, 1, 33, P, false, t);  // r = 8, wrapped ring
   }
   // The split form reading only K's rotated dims besides V (full layers whose V is the raw K
   // projection), in each tile shape.
-  for (const char* shape : {"0", "1", "2", "3"}) {
-    setenv("GEM_CUDA_ATTN_MMA2_SHAPE", shape, 1);
-    setenv("GEM_CUDA_ATTN_MMA", "2", 1);
-    SCOPED_TRACE(std::string("shared K/V, split form shape ") + shape);
-    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P, true);  // 12B full, depth 33K
-    check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P, true);     // 31B full
-    check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P, true);       // a single partial tile
-    check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P, true);      // r = 16, D = 256
+  for (int shape : {0, 1, 2, 3}) {
+    const cuda::CudaTuning t = with(2, shape);
+    SCOPED_TRACE("shared K/V, split form shape " + std::to_string(shape));
+    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P, true, t);  // 12B full, 33K
+    check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P, true, t);     // 31B full
+    check_attention(32, 4, 512, 0, 9000, true, 20, 1, 66, P, true, t);       // a partial tile
+    check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P, true, t);      // r = 16, D = 256
   }
-  unsetenv("GEM_CUDA_ATTN_MMA");
-  // Groups of 2 and 4 heads (the sliding layers) on the tensor-core forms
-  // (GEM_CUDA_ATTN_MMA_SMALL=1): rows past r are zero.
-  setenv("GEM_CUDA_ATTN_MMA_SMALL", "1", 1);
-  for (const char* form : {"1", "2:0", "2:2"}) {
-    setenv("GEM_CUDA_ATTN_MMA2_SHAPE", form[0] == '2' ? form + 2 : "0", 1);
-    setenv("GEM_CUDA_ATTN_MMA", form[0] == '2' ? "2" : "1", 1);
-    SCOPED_TRACE(std::string("small groups, tensor-core form ") + form);
-    check_attention(16, 8, 256, 1024, 1024, true, 5000, 1, 33, P);   // 12B sliding, wrapped
-    check_attention(32, 16, 256, 1024, 1024, true, 700, 1, 17, P);   // 31B sliding, not full
-    check_attention(16, 4, 512, 0, 3000, true, 2500, 1, 40, P);      // r = 4, D = 512
-  }
-  unsetenv("GEM_CUDA_ATTN_MMA");
-  unsetenv("GEM_CUDA_ATTN_MMA_SMALL");
-  unsetenv("GEM_CUDA_ATTN_MMA2_SHAPE");
   // The merge in 32-element chunks where the rule takes 64 (at most 128 splits) and in 64 where it
   // takes 32 (264 splits).
-  setenv("GEM_CUDA_MERGE_CHUNK", "32", 1);
-  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16
-  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // 31B full, f32
-  check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // a 32-wide head, one chunk
-  setenv("GEM_CUDA_MERGE_CHUNK", "64", 1);
-  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P);   // 12B full at depth 33K
-  unsetenv("GEM_CUDA_MERGE_CHUNK");
+  check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P, false, with(-1, 1, 32));
+  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P, false, with(-1, 1, 32));
+  check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P, false, with(-1, 1, 32));  // one chunk
+  check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P, false, with(-1, 1, 64));
   // The CUDA-core kernel (one ring modulo per tile, __expf, vector loads of q and stores of the
   // parts) on every group size and head width: tensor cores off.
-  setenv("GEM_CUDA_ATTN_MMA", "0", 1);
   {
-    SCOPED_TRACE("GEM_CUDA_ATTN_MMA=0");
-    check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P);  // 12B sliding, wrapped ring
-    check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P);    // 12B sliding, f16, not full
-    check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P);  // 31B sliding
-    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P);   // r = 16, depth 33K
-    check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P);     // r = 8
-    check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P);             // r = 1, first token
-    check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P);           // r = 4, tiny ring
+    const cuda::CudaTuning t = with(0, 1);
+    SCOPED_TRACE("CUDA cores only");
+    check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P, false, t);  // 12B sliding
+    check_attention(16, 8, 256, 1024, 1024, true, 700, 1, 33, P, false, t);    // 12B sliding, f16
+    check_attention(32, 16, 256, 1024, 1024, true, 1500, 1, 17, P, false, t);  // 31B sliding
+    check_attention(16, 1, 512, 0, 40000, true, 33000, 1, 264, P, false, t);   // r = 16, 33K
+    check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P, false, t);     // r = 8
+    check_attention(4, 4, 64, 0, 300, true, 0, 1, 3, P, false, t);             // r = 1
+    check_attention(8, 2, 32, 16, 16, false, 40, 1, 1, P, false, t);           // r = 4, tiny ring
   }
-  unsetenv("GEM_CUDA_ATTN_MMA");
 }
 
 TEST(CudaAttention, DecodeKernelSharesKvTilesAcrossTheGroup) {
   REQUIRE_GPU();
-  // With and without the early exit of empty splits (GEM_CUDA_ATTN_SKIP_EMPTY: the short
-  // ranges leave most splits empty), and with the first K/V copies issued before or after
-  // pdl_wait (GEM_CUDA_ATTN_EARLY_KV; the queries then share no stage with them).
-  const char* settings[][2] = {{"0", "1"}, {"1", "1"}, {"0", "0"}};
-  for (const auto& [skip, early] : settings) {
-    setenv("GEM_CUDA_ATTN_SKIP_EMPTY", skip, 1);
-    setenv("GEM_CUDA_ATTN_EARLY_KV", early, 1);
-    SCOPED_TRACE(std::string("GEM_CUDA_ATTN_SKIP_EMPTY=") + skip + " GEM_CUDA_ATTN_EARLY_KV=" + early);
-    check_decode_cases();
-  }
-  unsetenv("GEM_CUDA_ATTN_SKIP_EMPTY");
-  unsetenv("GEM_CUDA_ATTN_EARLY_KV");
+  check_decode_cases(cuda::kDefaultTuning);
+}
+
+// The first K/V copies issued after pdl_wait in every block (attn_early_kv off; by default the
+// blocks whose range does not hold the token's position issue them before it).
+TEST(CudaAttention, DecodeWithLateFirstCopies) {
+  REQUIRE_GPU();
+  cuda::CudaTuning t;
+  t.attn_early_kv = false;
+  const auto P = AttnPath::kDecode;
+  check_attention(16, 8, 256, 1024, 1024, false, 5000, 1, 33, P, false, t);  // 12B sliding
+  cuda::CudaTuning split = t;
+  split.attn_form = 2;
+  check_attention(32, 4, 512, 0, 9000, true, 8191, 1, 66, P, true, split);  // 31B full, split
+  check_attention(16, 1, 256, 0, 3000, true, 2500, 1, 7, P, false, t);      // r = 16, D = 256
+  check_attention(32, 4, 512, 0, 9000, false, 8191, 1, 66, P, false, t);    // CUDA cores, r = 8
 }
 
 TEST(CudaAttention, PrefillOnTensorCores) {

@@ -27,3 +27,14 @@ wait "$pid" && st=0 || st=$?
 [ "$st" = 143 ] || fail "exit status after SIGTERM: $st"
 grep -q got-term "$tmp/sig" || fail "SIGTERM not forwarded"
 echo "ok: signal forwarding"
+
+# A model that cannot be loaded: gem agent reports it and exits at once, however early the
+# failure comes relative to the server's start (the failure raced the listen loop and hung).
+for i in $(seq 20); do
+  timeout -s KILL 20 "$GEM" agent -m "$tmp/missing.gguf" --backend "scripted:$SCRIPT" -c 512 -- true \
+    > "$tmp/missing.out" 2>&1 && st=0 || st=$?
+  [ "$st" = 137 ] && fail "gem agent hung on a missing model (run $i)"
+  [ "$st" = 0 ] && fail "gem agent exited 0 on a missing model"
+  grep -q "missing.gguf" "$tmp/missing.out" || fail "no message naming the model: $(cat "$tmp/missing.out")"
+done
+echo "ok: an unloadable model ends gem agent at once"

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -59,10 +60,17 @@ class TestServer {
     o.model_path = fixture("tiny-q4_0.gguf");
     server_ = std::make_unique<server::Server>(o);
     Status st = server_->bind();
-    EXPECT_TRUE(st.ok()) << st.message();
+    if (!st.ok()) throw std::runtime_error("TestServer: bind: " + st.message());
     port_ = server_->port();
     thread_ = std::thread([this] { server_->run(); });
     if (load) this->load(n_ctx, n_tile);
+    if (::testing::Test::HasFatalFailure()) {
+      // A failed ASSERT in load() returns from load() only: stop here, so that the test ends
+      // (gtest reports the exception) instead of running against a server without a model.
+      server_->stop();
+      thread_.join();
+      throw std::runtime_error("TestServer: the model or its backend did not load (see the failure above)");
+    }
     wait_listening();
   }
   ~TestServer() {

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.cuh"
 
 namespace gem::cuda {
 namespace {

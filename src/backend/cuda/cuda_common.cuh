@@ -30,7 +30,7 @@ namespace gem::cuda {
 // before their own pdl_wait(). Without the launch attribute both are no-ops. What an earlier
 // kernel wrote is read with plain loads, never __ldg or a const __restrict__ pointer: the
 // compiler treats a non-coherent load as reading read-only memory and may hoist it above
-// pdl_wait() (run 9: wrong decode on the tiny fixtures).
+// pdl_wait() (it did once, and decode went wrong on the tiny fixtures).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -42,19 +42,10 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// env_flag: kernels.cuh.
-// A GEM_CUDA_* integer (tuning knobs): `fallback` when unset; a value that is not an integer in
-// [lo, hi] is reported on stderr and replaced by `fallback`.
-int env_int(const char* name, int fallback, int lo, int hi);
-// env_pick: kernels.cuh.
-
-// Whether launches carry the PDL attribute. GEM_CUDA_PDL=1 (the default): every launch; a
-// decode product then loads its first weights while the previous kernel finishes (run 9, same
-// call: 12B 344.7 vs 308.8 tok/s, 31B 156.3 vs 146.4); =prefill: multi-token tiles only (run 8:
-// 12B pp4096 11,276 vs 10,936 tok/s without PDL); =0: none. The backend says which kind of
-// work it is launching with set_pdl_phase().
+// Whether launches of this thread carry the PDL attribute (on until set_pdl says otherwise):
+// the backend sets it per tile from CudaTuning::pdl.
 bool pdl_enabled();
-void set_pdl_phase(bool decode);
+void set_pdl(bool on);
 
 // Launches `kernel` on `s` in clusters of `cluster` blocks along x (1: no cluster attribute),
 // with the PDL attribute when pdl_enabled().
@@ -116,7 +107,7 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 // Quantises one 32-value block held one value per lane (the whole warp calls it): the q8 form
-// of kernels.cuh's Q8Act, q = round-to-nearest-even(v·(127/max|v|)) — the CPU reference's
+// of types.cuh's Q8Act, q = round-to-nearest-even(v·(127/max|v|)) — the CPU reference's
 // formula (backend/cpu/matmul.cc), so both sides give the same q for the same v — with
 // s = max|v|/127 (as max|v|·(1/127): one division per lane, not two), ds = (s, s·Σq).
 // The max and the sum are single warp reductions (redux.sync) rather than shuffle trees: for

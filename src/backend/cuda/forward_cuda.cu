@@ -1,10 +1,8 @@
-// The CUDA backend: weights uploaded once (Q4_0/Q8_0 repacked to the split layout), the KV
-// cache and every scratch buffer allocated at creation, and forward_tile() running the layers in
-// order on one stream. A one-token eval replays a CUDA graph of the whole step (embedding to
+// The CUDA backend: the KV cache and every scratch buffer allocated at creation (after the
+// weights, upload.cu), and forward_tile() running the layers in order on one stream. A one-token eval replays a CUDA graph of the whole step (embedding to
 // soft-capped logits); prompt tiles run the same ops with cuBLAS products on f16 tiles.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
-#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,154 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/ops.cuh"
+#include "backend/cuda/sample.cuh"
 #include "base/log.h"
 #include "base/timer.h"
 #include "sampler/sampler.h"
 
-namespace gem {
-namespace {
-
-using cuda::DevMatrix;
-using cuda::Q8Act;
-using cuda::WType;
-
-struct DevLayer {
-  DevMatrix qkv;   // [q | k | v] rows concatenated (v absent on full layers: V is raw K)
-  DevMatrix wo;    // [n_embd, n_heads·D]
-  DevMatrix gate;  // [n_ff, n_embd]
-  DevMatrix up;    // [n_ff, n_embd]
-  DevMatrix down;  // [n_embd, n_ff]
-  const float* attn_norm = nullptr;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  const float* post_attn_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  const float* post_ffw_norm = nullptr;
-  const float* out_scale = nullptr;
-  const double* inv_freq = nullptr;  // [D/2]
-  void* k_cache = nullptr;           // [n_kv, n_slots, D] f32 or f16
-  void* v_cache = nullptr;
-  bool kv_f16 = false;
-  bool ring = false;
-  int n_slots = 0;
-  int n_splits_decode = 1;
-  // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
-  // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
-  // dims, and the long-context decode may read only K's rotated quarter (AttnArgs::k_shared_w;
-  // GEM_CUDA_ATTN_SHARED_KV=1).
-  bool kv_shared = false;
-};
-
-class CudaBackend final : public Backend {
- public:
-  CudaBackend(const model::Model& model, const BackendOptions& options)
-      : model_(model), cfg_(model.config), opt_(options) {}
-  ~CudaBackend() override;
-
-  Status init();
-
-  std::string_view name() const override { return "cuda"; }
-  const BackendOptions& options() const override { return opt_; }
-  int n_past() const override { return n_past_; }
-  Status eval(std::span<const int32_t> tokens, bool all_logits,
-              const TileCallback& on_tile) override;
-  std::span<const float> logits(int row) override;
-  void checkpoint() override;
-  void restore() override;
-  void reset() override { n_past_ = 0; }
-  std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
-                                double coin) override;
-
- private:
-  void* dev_alloc(size_t bytes);
-  Status upload_matrix(std::span<const model::TensorView* const> parts, DevMatrix* out);
-  Status upload_f32(const model::TensorView& t, const float** out);
-  void forward_tile(int n, bool want_head);
-  void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
-  void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
-  void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
-  void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
-                 float* y);
-  int splits_for(const DevLayer& L, int n) const;
-  int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
-  int64_t decode_keys(const DevLayer& L) const;
-  int decode_bucket(int pos) const;
-  void maybe_start_profiler();
-  void head_row(int row);
-
-  const model::Model& model_;
-  const model::Config& cfg_;
-  BackendOptions opt_;
-  int n_past_ = 0;
-
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  // Timing experiments only (results are wrong): GEM_CUDA_SKIP lists decode kernels to leave
-  // out of the graph (res, q8, prologue, attn, qkv, wo, gated, down), so a step's time with and
-  // without them gives each one's cost in the graph, launch gaps included.
-  unsigned skip_ = 0;  // cuda::DecodeSkip bits
-  bool skip(cuda::DecodeSkip what) const { return (skip_ & what) != 0; }
-  std::vector<void*> allocs_;
-  uint64_t weight_bytes_ = 0;
-
-  DevMatrix embd_;
-  const float* output_norm_ = nullptr;
-  std::vector<DevLayer> layers_;
-
-  // Scratch, sized for opt_.n_tile tokens (T).
-  int T_ = 0;
-  int32_t* step_dev_ = nullptr;  // [1 + T]: StepParams{pos0}, then the tile's token ids
-  int32_t* step_host_ = nullptr;  // pinned mirror
-  float* x_ = nullptr;            // [T, E] residual stream
-  float* h_ = nullptr;            // [T, E] normed input of the next product
-  Q8Act hq_;                      // q8 of h_
-  float* a_ = nullptr;            // [T, E] output of attn_output / ffn_down
-  float* qkv_ = nullptr;          // [T, qkv_max]
-  float* q_ = nullptr;            // [T, H·Dmax]
-  float* k_ = nullptr;            // [T, Gmax·Dmax]
-  float* v_ = nullptr;
-  float* att_ = nullptr;          // [T, H·Dmax]
-  Q8Act attq_;
-  float* gu_ = nullptr;           // [T, 2F]
-  float* g_ = nullptr;            // [T, F]
-  Q8Act gq_;
-  float* part_ = nullptr;
-  void* prefill_scratch_ = nullptr;  // attention_prefill's (tiles of kGemmAttnMin tokens or more)
-  size_t prefill_scratch_bytes_ = 0;
-  int n_sm_ = 132;
-  __half* x16_ = nullptr;         // [T, max cols]
-  __half* w16_ = nullptr;         // [max rows·cols] dequantised weights for cuBLAS
-  float* logits_dev_ = nullptr;   // [V]
-  float* sample_scratch_ = nullptr;
-  int32_t* sample_out_dev_ = nullptr;
-  int32_t* hist_dev_ = nullptr;   // [256]
-  int32_t* pinned_small_ = nullptr;  // pinned: [0] sampled id, [1..256] history
-
-  // Decode graphs, one per bucket of positions. A graph's attention is cut into splits for the
-  // keys its bucket can hold (decode_splits): bucket k serves positions < bucket_min_·2^k (the
-  // last one, the whole context), so a short conversation in a long context does not pay for
-  // the splits and merges of the full length. GEM_CUDA_DECODE_BUCKETS=0 turns them off (one
-  // graph, splits for the whole context); GEM_CUDA_DECODE_BUCKET_MIN (1024) is the first
-  // bucket's size. Run 10, 12B in a 32,896-position context at depth 0: 335.0 tok/s with
-  // buckets from 1024, 328.7 from 256, 315.8 without (31B 157.4 / 158.0 / 156.5); equal at
-  // depths 4096 and 32768.
-  std::vector<cudaGraphExec_t> decode_graphs_;
-  bool buckets_ = true;
-  int bucket_min_ = 1024;
-  int capture_bucket_ = 0;  // the bucket forward_tile is capturing
-  bool profiler_started_ = false;
-
-  std::vector<float> logits_host_;  // [rows, V]
-  int logits_rows_ = 0;
-  bool logits_pending_ = false;     // last row still only on the device
-
-  // Checkpoint: copies of every ring layer's K/V at the checkpoint.
-  std::vector<std::pair<void*, void*>> ring_saved_;
-  int ckpt_n_past_ = -1;
-};
+namespace gem::cuda {
 
 CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : decode_graphs_) {
@@ -188,90 +53,7 @@ void* CudaBackend::dev_alloc(size_t bytes) {
   return p;
 }
 
-WType wtype_of(DType t, bool* ok) {
-  *ok = true;
-  switch (t) {
-    case DType::kF32: return WType::kF32;
-    case DType::kQ4_0: return WType::kQ4_0;
-    case DType::kQ8_0: return WType::kQ8_0;
-    case DType::kQ6_K: return WType::kQ6_K;
-    default: *ok = false; return WType::kF32;
-  }
-}
-
-// Uploads the row-concatenation of `parts` (same type and cols). Q4_0/Q8_0 go through a raw
-// staging copy and the repack kernel; F32/Q6_K rows are copied as they are.
-Status CudaBackend::upload_matrix(std::span<const model::TensorView* const> parts,
-                                  DevMatrix* out) {
-  const model::TensorView& first = *parts[0];
-  bool ok = false;
-  out->type = wtype_of(first.type, &ok);
-  if (!ok) {
-    return errorf("cuda: tensor %.*s has type %.*s; expected F32, Q4_0, Q8_0 or Q6_K",
-                  static_cast<int>(first.name.size()), first.name.data(),
-                  static_cast<int>(dtype_name(first.type).size()), dtype_name(first.type).data());
-  }
-  out->cols = first.cols;
-  out->rows = 0;
-  uint64_t raw_bytes = 0;
-  for (const model::TensorView* t : parts) {
-    if (t->type != first.type || t->cols != first.cols) {
-      return errorf("cuda: tensors %.*s and %.*s cannot be fused (type or width differs)",
-                    static_cast<int>(first.name.size()), first.name.data(),
-                    static_cast<int>(t->name.size()), t->name.data());
-    }
-    out->rows += t->rows;
-    raw_bytes += t->n_bytes;
-  }
-  const bool split = out->type == WType::kQ4_0 || out->type == WType::kQ8_0;
-  const bool q8 = out->type == WType::kQ8_0;
-  const int64_t nb = out->cols / 32;
-  if (split) {
-    out->qs = static_cast<uint8_t*>(dev_alloc(out->rows * nb * (q8 ? 32 : 16)));
-    out->d = static_cast<__half*>(dev_alloc(out->rows * nb * sizeof(__half)));
-    if (!out->qs || !out->d) return errorf("cuda: out of device memory uploading %.*s",
-                                           static_cast<int>(first.name.size()), first.name.data());
-    uint8_t* staging = nullptr;
-    uint64_t max_part = 0;
-    for (const model::TensorView* t : parts) max_part = std::max(max_part, t->n_bytes);
-    if (cudaMalloc(&staging, max_part) != cudaSuccess) {
-      return errorf("cuda: out of device memory staging %.*s", static_cast<int>(first.name.size()),
-                    first.name.data());
-    }
-    int64_t row0 = 0;
-    for (const model::TensorView* t : parts) {
-      GEM_CUDA_CHECK(cudaMemcpyAsync(staging, t->data, t->n_bytes, cudaMemcpyHostToDevice, stream_));
-      cuda::repack_blocks(staging, t->rows * nb, q8, out->qs + row0 * nb * (q8 ? 32 : 16),
-                          out->d + row0 * nb, stream_);
-      row0 += t->rows;
-    }
-    GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaFree(staging);
-  } else {
-    out->raw = static_cast<uint8_t*>(dev_alloc(raw_bytes));
-    if (!out->raw) return errorf("cuda: out of device memory uploading %.*s",
-                                 static_cast<int>(first.name.size()), first.name.data());
-    uint64_t off = 0;
-    for (const model::TensorView* t : parts) {
-      GEM_CUDA_CHECK(cudaMemcpy(out->raw + off, t->data, t->n_bytes, cudaMemcpyHostToDevice));
-      off += t->n_bytes;
-    }
-  }
-  weight_bytes_ += raw_bytes;
-  return ok_status();
-}
-
-Status CudaBackend::upload_f32(const model::TensorView& t, const float** out) {
-  if (t.type != DType::kF32) {
-    return errorf("cuda: tensor %.*s must be F32", static_cast<int>(t.name.size()), t.name.data());
-  }
-  void* p = dev_alloc(t.n_bytes);
-  if (!p) return errorf("cuda: out of device memory");
-  GEM_CUDA_CHECK(cudaMemcpy(p, t.data, t.n_bytes, cudaMemcpyHostToDevice));
-  *out = static_cast<const float*>(p);
-  weight_bytes_ += t.n_bytes;
-  return ok_status();
-}
+namespace {
 
 // Prompt tiles of at least this many tokens take the tensor-core attention (attention_prefill);
 // shorter ones (speculative verification, a prompt's tail) the split kernel.
@@ -280,47 +62,35 @@ constexpr int kGemmAttnMin = 16;
 // in as many sub-tiles as this needs).
 constexpr size_t kScoreBudget = size_t{512} << 20;
 
-// Decode splits over `keys` keys: about GEM_CUDA_SPLITS_PER_SM (2) blocks per SM over the KV
-// heads once there are many, and no split shorter than cuda::kSplitMinKeys (the kernels' rule
-// for a split's keys too).
-int decode_splits_for(int64_t keys, int n_kv, int n_sm) {
-  // Read at every call (a layer's load and each capture), so that the tests can set it.
-  const int per_sm = cuda::env_int("GEM_CUDA_SPLITS_PER_SM", 2, 1, 8);
+}  // namespace
+
+// Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are
+// many, and no split shorter than cuda::kSplitMinKeys (the kernels' rule for a split's keys too).
+int decode_splits_for(int64_t keys, int n_kv, int n_sm, int per_sm) {
   const int64_t by_sm = (per_sm * n_sm + n_kv - 1) / n_kv;
   const int64_t by_len = (keys + cuda::kSplitMinKeys - 1) / cuda::kSplitMinKeys;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sm, by_len), 1, 1024));
 }
 
-// GEM_CUDA_PROFILE_FROM_POS=N (measurement only): cudaProfilerStart() before the first decode
-// step at position >= N, so that a profiler started with --profile-from-start off (ncu, nsys)
-// records the steps at that depth, not a benchmark's warm-up or its depth fill (counting
-// launches to skip them is brittle: run 11 call 2 profiled the warm-up).
-void CudaBackend::maybe_start_profiler() {
-  static const int from = cuda::env_int("GEM_CUDA_PROFILE_FROM_POS", -1, -1, 1 << 30);
-  if (from < 0 || profiler_started_ || n_past_ < from) return;
-  GEM_CUDA_CHECK(cudaProfilerStart());
-  profiler_started_ = true;
-  GEM_LOG_INFO("cuda: profiler started at position %d (GEM_CUDA_PROFILE_FROM_POS)", n_past_);
-}
-
 // The bucket of a token at position pos (it attends to pos + 1 keys).
 int CudaBackend::decode_bucket(int pos) const {
-  if (!buckets_) return 0;
+  if (!tuning_.decode_buckets) return 0;
   int k = 0;
-  while ((static_cast<int64_t>(bucket_min_) << k) < std::min(pos + 1, opt_.n_ctx)) ++k;
+  while ((static_cast<int64_t>(tuning_.decode_bucket_min) << k) < std::min(pos + 1, opt_.n_ctx)) ++k;
   return k;
 }
 
 // The most keys a layer's decode attention can see in the bucket being captured.
 int64_t CudaBackend::decode_keys(const DevLayer& L) const {
-  if (!buckets_) return L.n_slots;
-  return std::min<int64_t>(static_cast<int64_t>(bucket_min_) << capture_bucket_, L.n_slots);
+  if (!tuning_.decode_buckets) return L.n_slots;
+  return std::min<int64_t>(static_cast<int64_t>(tuning_.decode_bucket_min) << capture_bucket_,
+                           L.n_slots);
 }
 
 // The decode splits of a layer in the bucket being captured: those of the keys it can hold.
 int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
-  if (!buckets_) return L.n_splits_decode;
-  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_);
+  if (!tuning_.decode_buckets) return L.n_splits_decode;
+  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_, tuning_.splits_per_sm);
 }
 
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
@@ -337,14 +107,9 @@ int CudaBackend::splits_for(const DevLayer& L, int n) const {
 Status CudaBackend::init() {
   GEM_CUDA_CHECK(cudaSetDevice(0));
   GEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  if (const char* e = std::getenv("GEM_CUDA_SKIP"); e != nullptr && e[0] != '\0') {
-    Result<unsigned> bits = cuda::parse_decode_skip(e);
-    if (!bits.ok()) return bits.status();
-    skip_ = *bits;
-    GEM_LOG_WARN("cuda: GEM_CUDA_SKIP=%s leaves decode kernels out: timing only, wrong output", e);
+  if (tuning_.decode_bucket_min < 32) {
+    return errorf("cuda: decode_bucket_min %d is below 32", tuning_.decode_bucket_min);
   }
-  buckets_ = cuda::env_flag("GEM_CUDA_DECODE_BUCKETS", true);
-  bucket_min_ = cuda::env_int("GEM_CUDA_DECODE_BUCKET_MIN", bucket_min_, 32, 1 << 24);
   GEM_CUBLAS_CHECK(cublasCreate(&cublas_));
   GEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   GEM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
@@ -356,68 +121,17 @@ Status CudaBackend::init() {
   }
   T_ = std::min(opt_.n_tile, opt_.n_ctx);
   const int E = cfg_.n_embd, H = cfg_.n_heads, F = cfg_.n_ff, V = cfg_.n_vocab;
-  const model::Weights& w = model_.weights;
   Timer timer;
 
-  // ---- weights ----
-  uint64_t total = w.token_embd.n_bytes;
-  for (const model::LayerWeights& lw : w.layers) {
-    total += lw.attn_q.n_bytes + lw.attn_k.n_bytes + lw.attn_v.n_bytes + lw.attn_output.n_bytes +
-             lw.ffn_gate.n_bytes + lw.ffn_up.n_bytes + lw.ffn_down.n_bytes;
-  }
-  GEM_LOG_INFO("cuda: uploading %.2f GB of weights", static_cast<double>(total) / 1e9);
-  {
-    const model::TensorView* parts[] = {&w.token_embd};
-    GEM_RETURN_IF_ERROR(upload_matrix(parts, &embd_));
-  }
-  GEM_RETURN_IF_ERROR(upload_f32(w.output_norm, &output_norm_));
+  GEM_RETURN_IF_ERROR(upload_weights());
+
+  // ---- KV cache ----
   int max_dim = 0, max_kv = 0, qkv_max = 0;
   size_t w16_max = static_cast<size_t>(2) * F * E;
-  layers_.resize(cfg_.n_layers);
-  int last_pct = 0;
   for (int i = 0; i < cfg_.n_layers; ++i) {
     const model::LayerPlan& p = model_.plan[i];
-    const model::LayerWeights& lw = w.layers[i];
     DevLayer& L = layers_[i];
-    std::vector<const model::TensorView*> qkv = {&lw.attn_q, &lw.attn_k};
-    if (!p.v_from_k) qkv.push_back(&lw.attn_v);
-    GEM_RETURN_IF_ERROR(upload_matrix(qkv, &L.qkv));
-    const model::TensorView* wo[] = {&lw.attn_output};
-    GEM_RETURN_IF_ERROR(upload_matrix(wo, &L.wo));
-    const model::TensorView* gate[] = {&lw.ffn_gate};
-    GEM_RETURN_IF_ERROR(upload_matrix(gate, &L.gate));
-    const model::TensorView* up[] = {&lw.ffn_up};
-    GEM_RETURN_IF_ERROR(upload_matrix(up, &L.up));
-    const model::TensorView* down[] = {&lw.ffn_down};
-    GEM_RETURN_IF_ERROR(upload_matrix(down, &L.down));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.attn_norm, &L.attn_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.attn_q_norm, &L.q_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.attn_k_norm, &L.k_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.post_attention_norm, &L.post_attn_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.ffn_norm, &L.ffn_norm));
-    GEM_RETURN_IF_ERROR(upload_f32(lw.post_ffw_norm, &L.post_ffw_norm));
-    if (lw.layer_output_scale.present()) {
-      GEM_RETURN_IF_ERROR(upload_f32(lw.layer_output_scale, &L.out_scale));
-    } else {
-      float one = 1.0f;
-      void* d = dev_alloc(sizeof(float));
-      GEM_CUDA_CHECK(cudaMemcpy(d, &one, sizeof(float), cudaMemcpyHostToDevice));
-      L.out_scale = static_cast<const float*>(d);
-    }
-    // RoPE inverse frequencies in f64, freq factors (rope_freqs) folded in on full layers.
     const int D = p.head_dim;
-    std::vector<double> inv(D / 2);
-    const float* ff = (p.kind == model::AttnKind::kFull && w.rope_freqs.present())
-                          ? w.rope_freqs.f32()
-                          : nullptr;
-    for (int k = 0; k < D / 2; ++k) {
-      inv[k] = std::pow(static_cast<double>(p.rope_theta), -2.0 * k / D) /
-               (ff ? static_cast<double>(ff[k]) : 1.0);
-    }
-    void* dinv = dev_alloc(inv.size() * sizeof(double));
-    GEM_CUDA_CHECK(cudaMemcpy(dinv, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
-    L.inv_freq = static_cast<const double*>(dinv);
-    // KV cache.
     L.ring = p.kind == model::AttnKind::kSliding && p.window > 0;
     L.n_slots = L.ring ? p.window : opt_.n_ctx;
     L.kv_f16 = opt_.kv_type == model::KvType::kF16 ||
@@ -429,7 +143,7 @@ Status CudaBackend::init() {
       return errorf("cuda: out of device memory for the KV cache of layer %d (%zu bytes)", i,
                     2 * kv_bytes);
     }
-    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_);
+    L.n_splits_decode = decode_splits_for(L.n_slots, p.n_kv_heads, n_sm_, tuning_.splits_per_sm);
     L.kv_shared = p.v_from_k && L.kv_f16 && !L.ring && p.n_rot == D &&
                   p.n_rot_pairs_active <= D / 8;
     max_dim = std::max(max_dim, D);
@@ -437,12 +151,6 @@ Status CudaBackend::init() {
     qkv_max = std::max(qkv_max, static_cast<int>(L.qkv.rows));
     w16_max = std::max(w16_max, static_cast<size_t>(L.qkv.rows * L.qkv.cols));
     w16_max = std::max(w16_max, static_cast<size_t>(L.wo.rows * L.wo.cols));
-    const int pct = (i + 1) * 100 / cfg_.n_layers;
-    if (pct / 10 != last_pct / 10) {
-      GEM_LOG_INFO("cuda: uploaded %d%% (%d/%d layers, %.1f s)", pct, i + 1, cfg_.n_layers,
-                   timer.seconds());
-      last_pct = pct;
-    }
   }
 
   // ---- scratch ----
@@ -534,50 +242,48 @@ void CudaBackend::gemm(const DevMatrix& w, const __half* x16, int n, float* y) {
 void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last) {
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim;
   const float eps = cfg_.rms_eps;
+  const cuda::CudaTuning& t = tuning_;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
-  if (!skip(cuda::kSkipQkv)) cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_);
+  cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_, t);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   a.max_keys = decode_keys(L);
-  // Off until measured on the GPU (prepared in session 13 without one; read at every capture).
-  if (L.kv_shared && cuda::env_flag("GEM_CUDA_ATTN_SHARED_KV", false)) a.k_shared_w = L.k_norm;
+  // Reading 5/8 of the full layers' K/V bytes: 31B decode 1.6 % faster at depth 32768, the 12B
+  // within noise (bench/results/cuda.md).
+  if (L.kv_shared) a.k_shared_w = L.k_norm;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
-    if (!skip(cuda::kSkipPrologue)) {
-      cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm,
-                         eps, L.inv_freq, sp, q_, k_, v_, dest, stream_);
-    }
-    if (!skip(cuda::kSkipAttn)) cuda::attention(a, stream_);
+    cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
+                       L.inv_freq, sp, q_, k_, v_, dest, stream_);
+    cuda::attention(a, stream_, t);
   } else {
     a.tile_in_cache = false;
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                        L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
-    cuda::attention(a, stream_);
+    cuda::attention(a, stream_, t);
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
   }
-  if (!skip(cuda::kSkipWo)) cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_);
-  if (!skip(cuda::kSkipRes)) cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_);
+  cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_, t);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_, t);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    if (!skip(cuda::kSkipGated)) cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_);
+    cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_, t);
   } else {
-    cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_);
-    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_);
+    cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_, t);
+    cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_, t);
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
   }
   // A separate kernel: quantising g inside the gated product measured slower on the H200 both
-  // as the last block of each 32-row group after a fence (run 8, 1 µs per layer) and as blocks
-  // of 32 rows meeting in shared memory (run 12: 12B 1-4 %, 31B 2-5 % slower per token).
-  if (down_q8 && !skip(cuda::kSkipQ8)) cuda::quantize_q8(g_, 1, F, gq_, stream_);
-  if (!skip(cuda::kSkipDown)) cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_);
+  // as the last block of each 32-row group after a fence (1 µs per layer) and as blocks of 32
+  // rows meeting in shared memory (12B 1-4 %, 31B 2-5 % slower per token).
+  if (down_q8) cuda::quantize_q8(g_, 1, F, gq_, stream_);
+  cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_, t);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  if (!skip(cuda::kSkipRes)) {
-    cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
-                              stream_);
-  }
+  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
+                            stream_, t);
 }
 
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
@@ -605,12 +311,13 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   } else {
     cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
                      p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
-    cuda::attention(a, stream_);
+    cuda::attention(a, stream_, tuning_);
     store();
     cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
   }
   gemm(L.wo, x16_, n, a_);
-  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_,
+                      tuning_);
   cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
   // gate|up as one product over the two dequantised matrices stacked by rows.
   cuda::dequant_f16(L.gate, 0, L.gate.rows, w16_, stream_);
@@ -622,18 +329,18 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   // The last layer also quantises the final-normed rows: the head reads them (q8).
   cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_,
-                            last ? hq_ : Q8Act{}, stream_);
+                            last ? hq_ : Q8Act{}, stream_, tuning_);
 }
 
 void CudaBackend::head_row(int row) {
   const int E = cfg_.n_embd;
   Q8Act hq{hq_.q + static_cast<int64_t>(row) * E, hq_.ds + static_cast<int64_t>(row) * E / 32};
   cuda::matvec(embd_, h_ + static_cast<int64_t>(row) * E, hq, 1, logits_dev_,
-               cfg_.final_logit_softcap, stream_);
+               cfg_.final_logit_softcap, stream_, tuning_);
 }
 
 // Logs the decode graph's size and how many of its edges are programmatic (PDL) ones.
-void log_graph(cudaGraph_t graph) {
+static void log_graph(cudaGraph_t graph) {
   size_t n_nodes = 0, n_edges = 0;
   GEM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
   GEM_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n_edges));
@@ -653,10 +360,11 @@ void log_graph(cudaGraph_t graph) {
 // Enqueues one tile: token ids and pos0 are already in step_dev_.
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
-  cuda::set_pdl_phase(n == 1);
+  cuda::set_pdl(tuning_.pdl == cuda::PdlMode::kAll ||
+                (tuning_.pdl == cuda::PdlMode::kPrefill && n > 1));
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
-                 stream_);
+                 stream_, tuning_);
   for (int i = 0; i < cfg_.n_layers; ++i) {
     const bool last = i + 1 == cfg_.n_layers;
     if (n == 1) {
@@ -701,14 +409,15 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
         forward_tile(1, true);
         GEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
         log_graph(graph);
-        if (buckets_) {
+        if (tuning_.decode_buckets) {
           GEM_LOG_INFO("cuda: that graph serves positions below %lld (bucket %d)",
-                       std::min<long long>(static_cast<long long>(bucket_min_) << k, opt_.n_ctx), k);
+                       std::min<long long>(static_cast<long long>(tuning_.decode_bucket_min) << k,
+                                           opt_.n_ctx),
+                       k);
         }
         GEM_CUDA_CHECK(cudaGraphInstantiate(&decode_graphs_[k], graph, 0));
         cudaGraphDestroy(graph);
       }
-      maybe_start_profiler();
       GEM_CUDA_CHECK(cudaGraphLaunch(decode_graphs_[k], stream_));
     } else {
       forward_tile(n, last_tile && !all_logits);
@@ -783,8 +492,12 @@ std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
   return pinned_small_[0];
 }
 
+// Allocation failures of the journal lose the cache, never correctness: the checkpoint is
+// dropped, and restore() then empties the cache (the next request starts cold) instead of
+// leaving rings that no longer match n_past().
 void CudaBackend::checkpoint() {
   ckpt_n_past_ = n_past_;
+  ckpt_lost_ = false;
   if (ring_saved_.empty()) {
     ring_saved_.assign(layers_.size(), {nullptr, nullptr});
   }
@@ -794,13 +507,21 @@ void CudaBackend::checkpoint() {
     const model::LayerPlan& p = model_.plan[i];
     const size_t bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * p.head_dim * (L.kv_f16 ? 2 : 4);
     auto& [k, v] = ring_saved_[i];
-    if (!k) {
-      if (cudaMalloc(&k, bytes) != cudaSuccess || cudaMalloc(&v, bytes) != cudaSuccess) {
-        // No room for the journal: a later restore() cannot be exact, so forget the checkpoint.
-        GEM_LOG_WARN("cuda: no device memory for the checkpoint journal; restore() disabled");
-        ckpt_n_past_ = -1;
-        return;
+    if (!k && !tuning_.fail_checkpoint_alloc) {
+      if (cudaMalloc(&k, bytes) != cudaSuccess) k = nullptr;
+      if (k && cudaMalloc(&v, bytes) != cudaSuccess) {
+        cudaFree(k);
+        k = nullptr;
+        v = nullptr;
       }
+      cudaGetLastError();  // a failed cudaMalloc is not a launch error for the next check
+    }
+    if (!k) {
+      GEM_LOG_WARN("cuda: no device memory for the checkpoint journal; the cache will be dropped "
+                   "at the next restore");
+      ckpt_n_past_ = -1;
+      ckpt_lost_ = true;
+      return;
     }
     GEM_CUDA_CHECK(cudaMemcpyAsync(k, L.k_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
     GEM_CUDA_CHECK(cudaMemcpyAsync(v, L.v_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -809,6 +530,11 @@ void CudaBackend::checkpoint() {
 }
 
 void CudaBackend::restore() {
+  if (ckpt_lost_) {
+    n_past_ = 0;
+    ckpt_lost_ = false;
+    return;
+  }
   if (ckpt_n_past_ < 0) return;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DevLayer& L = layers_[i];
@@ -822,7 +548,9 @@ void CudaBackend::restore() {
   n_past_ = ckpt_n_past_;
 }
 
-}  // namespace
+}  // namespace gem::cuda
+
+namespace gem {
 
 bool cuda_device_available() {
   int n = 0;
@@ -831,39 +559,16 @@ bool cuda_device_available() {
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const model::Model& model,
                                                    const BackendOptions& options) {
+  return make_cuda_backend(model, options, cuda::tuning_from_env());
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const model::Model& model,
+                                                   const BackendOptions& options,
+                                                   const cuda::CudaTuning& tuning) {
   if (!cuda_device_available()) return errorf("cuda: no CUDA device found");
-  auto backend = std::make_unique<CudaBackend>(model, options);
+  auto backend = std::make_unique<cuda::CudaBackend>(model, options, tuning);
   GEM_RETURN_IF_ERROR(backend->init());
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace gem
-
-namespace gem::cuda {
-
-Result<unsigned> parse_decode_skip(std::string_view list) {
-  static constexpr std::pair<std::string_view, DecodeSkip> kNames[] = {
-      {"res", kSkipRes},   {"q8", kSkipQ8},   {"prologue", kSkipPrologue}, {"attn", kSkipAttn},
-      {"qkv", kSkipQkv},   {"wo", kSkipWo},   {"gated", kSkipGated},       {"down", kSkipDown}};
-  unsigned bits = 0;
-  for (;;) {
-    const size_t comma = list.find(',');
-    const std::string_view name = list.substr(0, comma);
-    bool known = false;
-    for (const auto& [n, bit] : kNames) {
-      if (name == n) {
-        bits |= bit;
-        known = true;
-      }
-    }
-    if (!known) {
-      return errorf("GEM_CUDA_SKIP: unknown decode kernel \"%.*s\"; expected a comma-separated "
-                    "list of res, q8, prologue, attn, qkv, wo, gated, down",
-                    static_cast<int>(name.size()), name.data());
-    }
-    if (comma == std::string_view::npos) return bits;
-    list.remove_prefix(comma + 1);
-  }
-}
-
-}  // namespace gem::cuda

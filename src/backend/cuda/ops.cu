@@ -1,19 +1,10 @@
-// Element-wise and row-wise ops of the forward: embedding lookup, RMS norms fused with the
-// residual epilogues, the attention prologue (per-head norms, RoPE), KV-cache stores, q8
-// quantisation of activations, GELU gating and the soft-cap.
-#include <cooperative_groups.h>
+// Element-wise ops of the forward: embedding lookup, the attention prologue (per-head norms,
+// RoPE, KV-cache stores), f16 conversion, GELU gating and the soft-cap; and the launches' PDL
+// setting.
 #include <cuda_fp16.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <set>
-#include <string>
-#include <type_traits>
-
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/ops.cuh"
 
 namespace gem::cuda {
 namespace {
@@ -67,232 +58,6 @@ __global__ void embed_kernel(DevMatrix emb, const int32_t* tokens, float scale, 
   }
 }
 
-
-__global__ void rms_norm_kernel(const float* x, const float* w, int cols, float eps, float* y,
-                                Q8Act yq) {
-  pdl_trigger();
-  pdl_wait();
-  __shared__ float red[32];
-  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_warps = blockDim.x >> 5;
-  const float* xr = x + static_cast<int64_t>(t) * cols;
-  float ss = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) ss += xr[c] * xr[c];
-  ss = block_sum(ss, red);
-  const float inv = rsqrtf(ss / cols + eps);
-  float* yr = y + static_cast<int64_t>(t) * cols;
-  for (int b = warp; b < cols / 32; b += n_warps) {
-    const int c = b * 32 + lane;
-    const float v = xr[c] * inv * (w ? w[c] : 1.0f);
-    yr[c] = v;
-    if (yq.q) {
-      q8_block_out(v, yq.q + static_cast<int64_t>(t) * cols + b * 32,
-               yq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
-    }
-  }
-}
-
-// Σ s[i] (i < N) over the row of this block's token: the block's sums, and with kCluster the
-// sums of every block of the cluster (each block holds a slice of the row), exchanged through
-// distributed shared memory: block b's totals in cl[0..N) of block b, added up by each warp in
-// rank order, so every block gets the same bits. Every thread gets the results. red holds N·32
-// floats. With kArrive (kCluster) every thread has also arrived at the cluster barrier on
-// return, done with the other blocks' cl, and must wait for it before its block leaves.
-template <bool kCluster, int N, bool kArrive = false>
-__device__ __forceinline__ void row_sums(float (&s)[N], float* red, float* cl) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  auto warp_sums = [&]() {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
-    }
-  };
-  warp_sums();
-  __syncthreads();  // red may still be read by an earlier call
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) red[i * 32 + warp] = s[i];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < N; ++i) s[i] = lane < n_warps ? red[i * 32 + lane] : 0.0f;
-  warp_sums();
-  if constexpr (kCluster) {
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) cl[i] = s[i];
-    }
-    cluster.sync();
-    const bool in = static_cast<unsigned>(lane) < cluster.num_blocks();
-#pragma unroll
-    for (int i = 0; i < N; ++i) s[i] = in ? *cluster.map_shared_rank(cl + i, lane) : 0.0f;
-    warp_sums();
-    // Done with the other blocks' cl: arrive now and wait only before leaving, so that the
-    // barrier that keeps cl alive costs no latency of its own.
-    if constexpr (kArrive) cluster.barrier_arrive();
-  }
-}
-
-// x = (x + rms_norm(a, w_post)) · scale; then h = rms_norm(x, w_next) (+ q8) when w_next.
-// With a == nullptr only the second half runs: h = rms_norm(x, w_next) (+ q8).
-// Thread i owns elements i + k·blockDim (k < kPer) of its block's slice of the row: the whole
-// row (one block per token, blockIdx.x), or with kCluster 1/cluster of it (a cluster of blocks
-// per token: blockIdx.x = rank, blockIdx.y = token; the reductions span the cluster). Every input
-// (a, x and both weights) is loaded into registers up front, so the kernel is one round trip to
-// memory plus two reductions: it runs once or twice per layer in decode and its latency is the
-// step's. Each warp's 32 consecutive elements of one k form a q8 block (blockDim % 32 == 0 and
-// the slice a multiple of 32).
-// Measured slower on the H200 (run 12, commit be393a7): many blocks with one reduction each,
-// the next norm's factor applied by the products from partial sums (12B 3-4 %, 31B 3 % at 256
-// threads a block, 8-11 % at 128), and fewer threads with 16 elements each (12B 4-6 %, 31B 2 %).
-// Run 12 call 6: the one-block form is partly issue-bound on its SM (30 warps, top stall "not
-// selected"), which the cluster form (GEM_CUDA_RES_CLUSTER, 8 by default) spreads over SMs.
-// kOnePass (GEM_CUDA_RES_ONEPASS=1, with both halves): one reduction instead of two in a row.
-// With u = a ⊙ w_post and i_a = 1/rms(a), the new row is x' = (x + i_a·u)·scale, so
-// Σx'² = scale²·(Σx² + 2·i_a·Σx·u + i_a²·Σu²): the sums Σa², Σx², Σx·u and Σu² are reduced
-// together and both norm factors follow from them (combined in double). The same values up to
-// rounding unless x' nearly cancels x (|x'| ≪ |x|, which a residual update does not do).
-template <int kPer, bool kCluster, bool kOnePass>
-__global__ void residual_kernel(float* x, const float* a,
-                                const float* __restrict__ w_post, const float* out_scale,
-                                const float* __restrict__ w_next, int cols, float eps,
-                                float* __restrict__ h, Q8Act hq) {
-  __shared__ float red[kOnePass ? 4 * 32 : 32];
-  __shared__ float cl[4];
-  pdl_trigger();
-  const int t = kCluster ? blockIdx.y : blockIdx.x, lane = threadIdx.x & 31;
-  const int slice = kCluster ? cols / static_cast<int>(gridDim.x) : cols;
-  const int col0 = kCluster ? static_cast<int>(blockIdx.x) * slice : 0;  // the slice's first column
-  const int64_t off = static_cast<int64_t>(t) * cols + col0;
-  const int64_t qoff = (static_cast<int64_t>(t) * cols + col0) / 32;
-  const float* wpo = w_post ? w_post + col0 : nullptr;
-  const float* wne = w_next ? w_next + col0 : nullptr;
-  float wp[kPer], wn[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    wp[k] = a && c < slice ? __ldg(wpo + c) : 0.0f;
-    wn[k] = w_next && c < slice ? __ldg(wne + c) : 0.0f;
-  }
-  // A weight too: loaded with the others, not after the first reduction.
-  const float scale = out_scale ? __ldg(out_scale) : 1.0f;
-  pdl_wait();
-  float av[kPer], xv[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    av[k] = a && c < slice ? a[off + c] : 0.0f;
-    xv[k] = c < slice ? x[off + c] : 0.0f;
-  }
-  float inv_next = 0.0f;  // the one-pass form's 1/rms of the new row
-  if (a) {
-    float inv_a;
-    if constexpr (kOnePass) {
-      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // Σa², Σx², Σx·u, Σu²
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const float u = av[k] * wp[k];
-        sums[0] += av[k] * av[k];
-        sums[1] += xv[k] * xv[k];
-        sums[2] += xv[k] * u;
-        sums[3] += u * u;
-      }
-      row_sums<kCluster, 4, true>(sums, red, cl);
-      inv_a = rsqrtf(sums[0] / cols + eps);
-      const double ia = inv_a, sc = scale;
-      const double ss2 = sc * sc * (sums[1] + 2.0 * ia * sums[2] + ia * ia * sums[3]);
-      inv_next = rsqrtf(static_cast<float>(ss2 / cols) + eps);
-    } else {
-      float ss[1] = {0.0f};
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) ss[0] += av[k] * av[k];
-      row_sums<kCluster, 1>(ss, red, cl);
-      inv_a = rsqrtf(ss[0] / cols + eps);
-    }
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int c = threadIdx.x + k * blockDim.x;
-      xv[k] = (xv[k] + av[k] * inv_a * wp[k]) * scale;
-      if (c < slice) x[off + c] = xv[k];
-    }
-  }
-  if (w_next) {
-    float inv = inv_next;
-    if (!kOnePass || !a) {
-      float ss2[1] = {0.0f};
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) ss2[0] += xv[k] * xv[k];
-      row_sums<kCluster, 1>(ss2, red, cl + 1);  // its own slot: others may still read cl[0]
-      inv = rsqrtf(ss2[0] / cols + eps);
-    }
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int base = k * blockDim.x + (threadIdx.x & ~31);  // warp-uniform
-      if (base < slice) {
-        const int c = base + lane;
-        const float v = xv[k] * inv * wn[k];
-        h[off + c] = v;
-        if (hq.q) q8_block_out(v, hq.q + off + base, hq.ds + qoff + base / 32, lane);
-      }
-    }
-  }
-  // No block of the cluster leaves while another may still read its cl (the one-pass form
-  // arrived in row_sums already).
-  if constexpr (kCluster) {
-    if (kOnePass && a) {
-      cooperative_groups::this_cluster().barrier_wait();
-    } else {
-      cooperative_groups::this_cluster().sync();
-    }
-  }
-}
-
-// Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
-// slice, else 8. A cluster of GEM_CUDA_RES_CLUSTER blocks per row (0: one block; 2, 4, 8; read
-// at every launch, so that the kernel tests run each), each over 1/cluster of it, when the slices
-// are whole q8 blocks (else one block). By default 8 for one row (decode) and one block per row
-// for prompt tiles, whose rows fill the GPU already (clusters there were not measured). Run 13
-// on the H200, with the lean decode attention: clusters of 8 decode the 31B 1.2-1.9 % faster at depths 0 / 4096 / 32768 than one
-// block (159.97 / 150.56 / 138.26 vs 157.7 / 148.8 / 135.7 tok/s), 4 about 1 %; the 12B within
-// its noise (350.7 / 322.0 / 306.8 vs 352.3 / 320.1 / 307.9; 2 was 1-2 % slower).
-void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
-                     const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
-                     cudaStream_t s) {
-  int cluster = env_pick("GEM_CUDA_RES_CLUSTER", n == 1 ? 8 : 0, {0, 2, 4, 8});
-  if (cluster == 0) cluster = 1;
-  if (cols % (32 * cluster) != 0) cluster = 1;
-  const int slice = cols / cluster;
-  const int per = slice <= 4096 ? 4 : 8;
-  const int threads = ((slice + per - 1) / per + 31) / 32 * 32;
-  if (threads > 1024 || cols % 32 != 0) {
-    std::fprintf(stderr, "residual_norm: %d columns (at most 8192, a multiple of 32)\n", cols);
-    std::abort();
-  }
-  auto go = [&](auto kernel, dim3 grid) {
-    launch_clustered(kernel, grid, threads, 0, s, static_cast<unsigned>(cluster), x, a, w_post,
-                     out_scale, w_next, cols, eps, h, hq);
-  };
-  // One reduction for both norms (residual_kernel's kOnePass): off until measured on the GPU
-  // (prepared in session 13 without one); read at every launch, so that the tests run both.
-  const bool one_pass = a != nullptr && w_next != nullptr && env_flag("GEM_CUDA_RES_ONEPASS", false);
-  auto pick = [&](auto per_c, auto cluster_c, dim3 grid) {
-    constexpr int kPer = decltype(per_c)::value;
-    constexpr bool kCl = decltype(cluster_c)::value;
-    one_pass ? go(residual_kernel<kPer, kCl, true>, grid) : go(residual_kernel<kPer, kCl, false>, grid);
-  };
-  using P4 = std::integral_constant<int, 4>;
-  using P8 = std::integral_constant<int, 8>;
-  if (cluster > 1) {
-    const dim3 grid(static_cast<unsigned>(cluster), static_cast<unsigned>(n));
-    per == 4 ? pick(P4{}, std::true_type{}, grid) : pick(P8{}, std::true_type{}, grid);
-  } else {
-    const dim3 grid(static_cast<unsigned>(n));
-    per == 4 ? pick(P4{}, std::false_type{}, grid) : pick(P8{}, std::false_type{}, grid);
-  }
-}
 
 // The pair (i, i + D/2) of one head, (a0, a1), after the head's RMS norm (inv = 1/rms, weights
 // w0 = w[i], w1 = w[i + D/2]) and the rotation by pos·freq (freq = inv_freq[i]; the angle in
@@ -384,18 +149,6 @@ __global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv,
   }
 }
 
-// One warp per 32-value block: grid (ceil(blocks / 8), n).
-__global__ void quantize_q8_kernel(const float* x, int cols, Q8Act xq) {
-  pdl_trigger();
-  pdl_wait();
-  const int t = blockIdx.y, lane = threadIdx.x & 31;
-  const int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (b >= cols / 32) return;
-  const int64_t off = static_cast<int64_t>(t) * cols;
-  q8_block_out(x[off + b * 32 + lane], xq.q + off + b * 32,
-           xq.ds + static_cast<int64_t>(t) * (cols / 32) + b, lane);
-}
-
 __global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
   pdl_trigger();
   pdl_wait();
@@ -430,117 +183,16 @@ int grid_for(int64_t count, int threads) {
   return static_cast<int>(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
 }
 
-int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 128); }
-
+thread_local bool pdl_on = true;
 
 }  // namespace
 
-namespace {
-// Whether a bad value of this knob has been reported already: knobs read at every launch say
-// so once per name and value, not once per launch.
-bool first_report(const char* name, const char* value) {
-  static std::mutex mu;
-  static std::set<std::string> said;
-  const std::lock_guard<std::mutex> lock(mu);
-  return said.insert(std::string(name) + "=" + value).second;
-}
-}  // namespace
-
-// 1/true/on/yes or 0/false/off/no; anything else is reported (once) and the fallback used, so a
-// knob set to "false" is not read as on.
-bool env_flag(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || e[0] == '\0') return fallback;
-  const std::string v(e);
-  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
-  if (first_report(name, e)) {
-    std::fprintf(stderr, "gem: %s=\"%s\" is not 0/1 (or false/true, off/on, no/yes); using %d\n",
-                 name, e, fallback ? 1 : 0);
-  }
-  return fallback;
-}
-
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || e[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (*end != '\0' || v < lo || v > hi) {
-    if (first_report(name, e)) {
-      std::fprintf(stderr, "gem: %s=\"%s\" is not an integer in [%d, %d]; using %d\n", name, e,
-                   lo, hi, fallback);
-    }
-    return fallback;
-  }
-  return static_cast<int>(v);
-}
-
-int env_pick(const char* name, int fallback, std::initializer_list<int> allowed) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || e[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (*end == '\0' && (v == fallback || std::find(allowed.begin(), allowed.end(), v) != allowed.end())) {
-    return static_cast<int>(v);
-  }
-  if (first_report(name, e)) {
-    std::string list;
-    for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
-    std::fprintf(stderr, "gem: %s=\"%s\" is not one of %s; using %d\n", name, e, list.c_str(),
-                 fallback);
-  }
-  return fallback;
-}
-
-namespace {
-// 0: off, 1: every launch (the default), 2: multi-token tiles only.
-int pdl_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("GEM_CUDA_PDL");
-    if (e == nullptr || e[0] == '\0' || std::strcmp(e, "1") == 0) return 1;
-    if (std::strcmp(e, "0") == 0) return 0;
-    if (std::strcmp(e, "prefill") == 0) return 2;
-    std::fprintf(stderr, "gem: GEM_CUDA_PDL=\"%s\" is not 0, 1 or prefill; using 1\n", e);
-    return 1;
-  }();
-  return mode;
-}
-thread_local bool pdl_decode_phase = false;
-}  // namespace
-
-bool pdl_enabled() {
-  const int mode = pdl_mode();
-  return mode == 1 || (mode == 2 && !pdl_decode_phase);
-}
-void set_pdl_phase(bool decode) { pdl_decode_phase = decode; }
+bool pdl_enabled() { return pdl_on; }
+void set_pdl(bool on) { pdl_on = on; }
 
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
            cudaStream_t s) {
   launch(embed_kernel, n, 256, 0, s, emb, tokens, scale, x);
-  GEM_CUDA_LAUNCHED();
-}
-
-void rms_norm(const float* x, const float* w, int n, int cols, float eps, float* y, Q8Act yq,
-              cudaStream_t s) {
-  if (w && cols % 32 == 0 && cols <= 8192) {
-    launch_residual(const_cast<float*>(x), nullptr, nullptr, nullptr, w, n, cols, eps, y, yq, s);
-  } else {
-    launch(rms_norm_kernel, n, row_threads(cols), 0, s, x, w, cols, eps, y, yq);
-  }
-  GEM_CUDA_LAUNCHED();
-}
-
-void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
-                   int cols, float eps, float* h, Q8Act hq, cudaStream_t s) {
-  launch_residual(x, a, w_post, nullptr, w_next, n, cols, eps, h, hq, s);
-  GEM_CUDA_LAUNCHED();
-}
-
-void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
-                         const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
-                         cudaStream_t s) {
-  launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, s);
   GEM_CUDA_LAUNCHED();
 }
 
@@ -558,11 +210,6 @@ void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, boo
               int n_slots, const StepParams* sp, void* k_cache, void* v_cache, cudaStream_t s) {
   launch(kv_store_kernel, dim3(n, n_kv), (head_dim < 256 ? head_dim : 256), 0, s,
          k, v, n, n_kv, head_dim, f16, ring, n_slots, sp, k_cache, v_cache);
-  GEM_CUDA_LAUNCHED();
-}
-
-void quantize_q8(const float* x, int n, int cols, Q8Act xq, cudaStream_t s) {
-  launch(quantize_q8_kernel, dim3((cols / 32 + 7) / 8, n), 256, 0, s, x, cols, xq);
   GEM_CUDA_LAUNCHED();
 }
 

@@ -9,7 +9,7 @@
 #include <climits>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/sample.cuh"
 
 namespace gem::cuda {
 namespace {

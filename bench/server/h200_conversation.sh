@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The server-path benchmark of issue 28 on the GPU machine (run from the repository root there;
+# carry .device/deps and .device/llama.cpp, made by bench/cuda/make_device_dir.sh): for each of
+# $MODELS (default "12b 31b"), gem bench's decode at the conversation's depth, then the agent
+# conversation (bench/server/conversation.py: ~29,200-token first turn, three follow-ups,
+# 256 generated tokens) through `gem serve` with the default KV cache (f16) and with f32, and
+# through llama-server (-ngl 99 -fa on -np 1, KV f16) — all on the same `gem synth` file.
+#   bash bench/server/h200_conversation.sh        (logs in $OUT or /tmp/gem-out)
+set -u
+OUT=${OUT:-/tmp/gem-out}
+mkdir -p "$OUT"
+source bench/cuda/device_deps.sh
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/conversation.txt"; }
+CTX=40960
+DEPTH=29300
+M=/tmp/models
+mkdir -p $M
+if [ -d .device/llama.cpp ]; then
+  (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
+     -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
+   cmake --build /tmp/llama-build -j10 --target llama-server >/tmp/llama-build.log 2>&1) &
+  llama_pid=$!
+fi
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
+  -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
+  cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
+GEM=build-dev/bin/gem
+
+serve_and_talk() {  # label, then the server command
+  local label=$1; shift
+  "$@" > "$OUT/server_$label.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do curl -sf http://127.0.0.1:8090/health >/dev/null && break; sleep 1; done
+  python3 bench/server/conversation.py --url http://127.0.0.1:8090 --label "$label" \
+    --json "$OUT/conv_$label.json" 2>&1 | tee -a "$OUT/conversation.txt"
+  kill $pid; wait $pid 2>/dev/null
+}
+
+for p in ${MODELS:-12b 31b}; do
+  [ -f $M/g$p.gguf ] || $GEM synth --profile $p -q -o $M/g$p.gguf
+  log "gem bench $p at depth $DEPTH"
+  $GEM bench -m $M/g$p.gguf -p 0 -n 128 -d $DEPTH -r 2 --backend cuda 2>&1 | grep "|" | tee -a "$OUT/conversation.txt"
+  serve_and_talk "gem-$p-f16" $GEM serve -m $M/g$p.gguf --backend cuda -c $CTX --port 8090
+  serve_and_talk "gem-$p-f32" $GEM serve -m $M/g$p.gguf --backend cuda -c $CTX --port 8090 --kv-type f32
+  if [ -n "${llama_pid:-}" ]; then
+    wait $llama_pid
+    serve_and_talk "llama-server-$p" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on \
+      -c $CTX -np 1 --port 8090
+  fi
+done
+log done

@@ -1,0 +1,158 @@
+// The CUDA backend's state, shared by the weight upload (upload.cu) and the forward
+// (forward_cuda.cu): the device layers and the backend class.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/tuning.h"
+#include "backend/cuda/types.cuh"
+#include "base/status.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+
+namespace gem::cuda {
+
+struct DevLayer {
+  DevMatrix qkv;   // [q | k | v] rows concatenated (v absent on full layers: V is raw K)
+  DevMatrix wo;    // [n_embd, n_heads·D]
+  DevMatrix gate;  // [n_ff, n_embd]
+  DevMatrix up;    // [n_ff, n_embd]
+  DevMatrix down;  // [n_embd, n_ff]
+  const float* attn_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* post_ffw_norm = nullptr;
+  const float* out_scale = nullptr;
+  const double* inv_freq = nullptr;  // [D/2]
+  void* k_cache = nullptr;           // [n_kv, n_slots, D] f32 or f16
+  void* v_cache = nullptr;
+  bool kv_f16 = false;
+  bool ring = false;
+  int n_slots = 0;
+  int n_splits_decode = 1;
+  // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
+  // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
+  // dims, and the long-context decode reads only K's rotated quarter (AttnArgs::k_shared_w).
+  bool kv_shared = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const model::Model& model, const BackendOptions& options,
+              const cuda::CudaTuning& tuning)
+      : model_(model), cfg_(model.config), opt_(options), tuning_(tuning) {}
+  ~CudaBackend() override;
+
+  Status init();
+  // The weights (upload.cu): every layer's matrices, norms and RoPE frequencies, the embedding
+  // and the output norm.
+  Status upload_weights();
+
+  std::string_view name() const override { return "cuda"; }
+  const BackendOptions& options() const override { return opt_; }
+  int n_past() const override { return n_past_; }
+  Status eval(std::span<const int32_t> tokens, bool all_logits,
+              const TileCallback& on_tile) override;
+  std::span<const float> logits(int row) override;
+  void checkpoint() override;
+  void restore() override;
+  void reset() override {
+    n_past_ = 0;
+    ckpt_lost_ = false;
+  }
+  std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
+                                double coin) override;
+
+ private:
+  void* dev_alloc(size_t bytes);
+  Status upload_matrix(std::span<const model::TensorView* const> parts, DevMatrix* out);
+  Status upload_f32(const model::TensorView& t, const float** out);
+  void forward_tile(int n, bool want_head);
+  void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
+  void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
+  void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
+                 float* y);
+  int splits_for(const DevLayer& L, int n) const;
+  int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
+  int64_t decode_keys(const DevLayer& L) const;
+  int decode_bucket(int pos) const;
+  void head_row(int row);
+
+  const model::Model& model_;
+  const model::Config& cfg_;
+  BackendOptions opt_;
+  const cuda::CudaTuning tuning_;
+  int n_past_ = 0;
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<void*> allocs_;
+  uint64_t weight_bytes_ = 0;
+
+  DevMatrix embd_;
+  const float* output_norm_ = nullptr;
+  std::vector<DevLayer> layers_;
+
+  // Scratch, sized for opt_.n_tile tokens (T).
+  int T_ = 0;
+  int32_t* step_dev_ = nullptr;  // [1 + T]: StepParams{pos0}, then the tile's token ids
+  int32_t* step_host_ = nullptr;  // pinned mirror
+  float* x_ = nullptr;            // [T, E] residual stream
+  float* h_ = nullptr;            // [T, E] normed input of the next product
+  Q8Act hq_;                      // q8 of h_
+  float* a_ = nullptr;            // [T, E] output of attn_output / ffn_down
+  float* qkv_ = nullptr;          // [T, qkv_max]
+  float* q_ = nullptr;            // [T, H·Dmax]
+  float* k_ = nullptr;            // [T, Gmax·Dmax]
+  float* v_ = nullptr;
+  float* att_ = nullptr;          // [T, H·Dmax]
+  Q8Act attq_;
+  float* gu_ = nullptr;           // [T, 2F]
+  float* g_ = nullptr;            // [T, F]
+  Q8Act gq_;
+  float* part_ = nullptr;
+  void* prefill_scratch_ = nullptr;  // attention_prefill's (tiles of kGemmAttnMin tokens or more)
+  size_t prefill_scratch_bytes_ = 0;
+  int n_sm_ = 132;
+  __half* x16_ = nullptr;         // [T, max cols]
+  __half* w16_ = nullptr;         // [max rows·cols] dequantised weights for cuBLAS
+  float* logits_dev_ = nullptr;   // [V]
+  float* sample_scratch_ = nullptr;
+  int32_t* sample_out_dev_ = nullptr;
+  int32_t* hist_dev_ = nullptr;   // [256]
+  int32_t* pinned_small_ = nullptr;  // pinned: [0] sampled id, [1..256] history
+
+  // Decode graphs, one per bucket of positions (CudaTuning::decode_buckets). A graph's attention
+  // is cut into splits for the keys its bucket can hold (decode_splits): bucket k serves
+  // positions < decode_bucket_min·2^k (the last one, the whole context).
+  std::vector<cudaGraphExec_t> decode_graphs_;
+  int capture_bucket_ = 0;  // the bucket forward_tile is capturing
+
+  std::vector<float> logits_host_;  // [rows, V]
+  int logits_rows_ = 0;
+  bool logits_pending_ = false;     // last row still only on the device
+
+  // Checkpoint: copies of every ring layer's K/V at the checkpoint.
+  std::vector<std::pair<void*, void*>> ring_saved_;
+  int ckpt_n_past_ = -1;
+  bool ckpt_lost_ = false;  // the last checkpoint's journal could not be allocated
+};
+
+// Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are
+// many, and no split shorter than kSplitMinKeys (the kernels' rule for a split's keys too).
+int decode_splits_for(int64_t keys, int n_kv, int n_sm, int per_sm);
+
+}  // namespace gem::cuda

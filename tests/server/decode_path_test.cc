@@ -1,0 +1,190 @@
+// The server's generation does the benchmark's work per token and nothing more (issue 28): a
+// backend that counts what the runtime asks of it sits under a real server (tiny model, CPU fast
+// path), and a chat completion of N tokens — streamed and not, greedy and with the sampling
+// defaults hax gets — must cost exactly N − 1 one-token evals without all-logits rows, no
+// checkpoint, restore or reset inside the decode loop, and, where the backend samples on the
+// device (as the CUDA backend does), no logits row copied to the host at all. `gem bench`'s
+// decode loop is one one-token eval per token; anything the server adds per token shows here.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "common/test_util.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "sampler/sampler.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gem::test {
+namespace {
+
+struct Counts {
+  std::atomic<int> evals{0}, eval_tokens{0}, all_logit_evals{0}, logits_reads{0}, samples{0},
+      checkpoints{0}, restores{0}, resets{0};
+  std::mutex mu;
+  std::vector<int> eval_sizes;  // every eval's token count, in order
+};
+
+// Delegates to a real backend and counts the calls; with `device_sample` it answers sample()
+// itself (host-side greedy/sampling over the inner logits, as a device sampler would, without a
+// logits() call through this interface).
+class CountingBackend : public Backend {
+ public:
+  CountingBackend(std::unique_ptr<Backend> inner, Counts* c, bool device_sample)
+      : inner_(std::move(inner)), c_(c), device_sample_(device_sample) {}
+  std::string_view name() const override { return inner_->name(); }
+  const BackendOptions& options() const override { return inner_->options(); }
+  int n_past() const override { return inner_->n_past(); }
+  Status eval(std::span<const int32_t> tokens, bool all_logits, const TileCallback& cb) override {
+    ++c_->evals;
+    c_->eval_tokens += static_cast<int>(tokens.size());
+    {
+      std::lock_guard<std::mutex> lock(c_->mu);
+      c_->eval_sizes.push_back(static_cast<int>(tokens.size()));
+    }
+    if (all_logits) ++c_->all_logit_evals;
+    return inner_->eval(tokens, all_logits, cb);
+  }
+  std::span<const float> logits(int row) override {
+    ++c_->logits_reads;
+    return inner_->logits(row);
+  }
+  void checkpoint() override {
+    ++c_->checkpoints;
+    inner_->checkpoint();
+  }
+  void restore() override {
+    ++c_->restores;
+    inner_->restore();
+  }
+  void reset() override {
+    ++c_->resets;
+    inner_->reset();
+  }
+  std::optional<int32_t> sample(const SamplingParams& p, std::span<const int32_t> history,
+                                double coin) override {
+    ++c_->samples;
+    if (!device_sample_) return inner_->sample(p, history, coin);
+    return sample_token(inner_->logits(-1), p, history, coin);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  Counts* c_;
+  bool device_sample_;
+};
+
+struct Served {
+  Counts counts;
+  std::unique_ptr<server::Server> server;
+  std::thread thread;
+  int port = 0;
+  ~Served() {
+    if (server) server->stop();
+    if (thread.joinable()) thread.join();
+  }
+};
+
+void start(Served& s, bool device_sample) {
+  const std::string path = fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  auto m = model::load_model(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  auto tok = Tokenizer::from_gguf(*(*m)->file);
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  BackendOptions bo;
+  bo.n_ctx = 512;
+  bo.n_threads = 2;
+  auto cpu = cpu::make_cpu_backend(**m, bo);
+  ASSERT_TRUE(cpu.ok()) << cpu.message();
+  auto counting = std::make_unique<CountingBackend>(std::move(*cpu), &s.counts, device_sample);
+  server::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.model_name = "gem-test";
+  o.model_path = path;
+  s.server = std::make_unique<server::Server>(o);
+  ASSERT_TRUE(s.server->bind().ok());
+  s.port = s.server->port();
+  s.thread = std::thread([&s] { s.server->run(); });
+  s.server->set_engine(std::make_unique<runtime::Engine>(std::move(*m), std::move(counting), std::move(*tok)),
+                       "{{ template }}");
+}
+
+// One chat completion; returns the number of generated tokens.
+int complete(const Served& s, bool stream, const nlohmann::json& sampling) {
+  httplib::Client c("127.0.0.1", s.port);
+  c.set_read_timeout(120, 0);
+  nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", "Write about the sea."}}}},
+                         {"max_tokens", 24},
+                         {"stream", stream},
+                         {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  if (stream) body["stream_options"] = {{"include_usage", true}};
+  for (const auto& [k, v] : sampling.items()) body[k] = v;
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r) << "no answer";
+  if (!r) return -1;
+  EXPECT_EQ(r->status, 200) << r->body;
+  if (!stream) return nlohmann::json::parse(r->body)["usage"]["completion_tokens"].get<int>();
+  int n = -1;
+  for (size_t pos = 0; (pos = r->body.find("data: {", pos)) != std::string::npos; ++pos) {
+    const size_t end = r->body.find('\n', pos);
+    const auto ev = nlohmann::json::parse(r->body.substr(pos + 6, end - pos - 6));
+    if (ev.contains("usage") && ev["usage"].is_object()) n = ev["usage"]["completion_tokens"].get<int>();
+  }
+  return n;
+}
+
+void check_decode_work(bool device_sample) {
+  Served s;
+  ASSERT_NO_FATAL_FAILURE(start(s, device_sample));
+  const nlohmann::json greedy = {{"temperature", 0}};
+  const nlohmann::json hax_defaults = nlohmann::json::object();  // hax sends no sampling fields
+  for (bool stream : {false, true}) {
+    for (const nlohmann::json* sampling : {&greedy, &hax_defaults}) {
+      SCOPED_TRACE(std::string(stream ? "streamed" : "not streamed") + ", sampling " + sampling->dump());
+      // The prompt first: a request with max_tokens 1 evaluates it (cached afterwards), so the
+      // measured request below evaluates nothing but its decode steps.
+      nlohmann::json warm = *sampling;
+      warm["max_tokens"] = 1;
+      (void)complete(s, false, warm);
+      const int evals0 = s.counts.evals, all0 = s.counts.all_logit_evals;
+      const int reads0 = s.counts.logits_reads, samples0 = s.counts.samples;
+      const int ckpt0 = s.counts.checkpoints, resets0 = s.counts.resets;
+      const int n = complete(s, stream, *sampling);
+      ASSERT_GT(n, 1) << "the model must generate several tokens";
+      std::vector<int> sizes;
+      {
+        std::lock_guard<std::mutex> lock(s.counts.mu);
+        sizes.assign(s.counts.eval_sizes.begin() + evals0, s.counts.eval_sizes.end());
+      }
+      // The generation prompt after the cached history (one eval), then the decode steps.
+      ASSERT_EQ(static_cast<int>(sizes.size()), 1 + (n - 1)) << "one prompt eval, then one eval per token";
+      for (size_t i = 1; i < sizes.size(); ++i) EXPECT_EQ(sizes[i], 1) << "decode eval " << i;
+      EXPECT_EQ(s.counts.all_logit_evals - all0, 0) << "no eval keeps every row's logits";
+      EXPECT_EQ(s.counts.resets - resets0, 0);
+      EXPECT_LE(s.counts.checkpoints - ckpt0, 1) << "at most the history checkpoint, never one per token";
+      const int reads = s.counts.logits_reads - reads0;
+      if (device_sample) {
+        EXPECT_EQ(s.counts.samples - samples0, n - 1) << "the device samples every token after the first";
+        // The first token is drawn on the host from the prompt's last row; no other row moves.
+        EXPECT_LE(reads, 1) << "no logits row per token comes to the host when the device samples";
+      } else {
+        EXPECT_LE(reads, n) << "at most one logits row per token";
+      }
+    }
+  }
+}
+
+TEST(DecodePath, HostSamplingCostsOneEvalAndOneRowPerToken) { check_decode_work(false); }
+TEST(DecodePath, DeviceSamplingCopiesNoLogits) { check_decode_work(true); }
+
+}  // namespace
+}  // namespace gem::test
