@@ -39,6 +39,7 @@ int run_agent(AgentArgs& a) {
   if (a.serve.host != "127.0.0.1" && a.serve.host != "localhost" && a.serve.host != "::1") {
     GEM_LOG_WARN("agent: binding %s; the server is reachable beyond loopback", a.serve.host.c_str());
   }
+  if (Status st = resolve_api_key(a.serve); !st.ok()) return fail("agent", st.message());
   auto running = start_server(a.serve);
   if (!running.ok()) return fail("agent", running.message());
   RunningServer& rs = **running;

@@ -22,9 +22,17 @@ struct ServeArgs {
   int n_threads = 0;        // 0: all hardware threads
   std::string kv_type = kDefaultKvType;
   std::string alias;
-  std::string api_key;
+  std::string api_key;       // --api-key, or resolve_api_key() from a file or the environment
+  std::string api_key_file;
   std::string backend = "auto";  // auto | cpu | cuda | scripted:FILE (test-only)
   int timeout_s = 600;
+  double header_timeout_s = 10;
+  double body_timeout_s = 60;
+  double keep_alive_s = 5;
+  double shutdown_timeout_s = 5;
+  int max_connections = 1024;
+  int max_json_depth = 64;
+  std::string cors;  // comma-separated origins allowed from browsers besides the server's own
   std::string max_body = "16M";
   int queue = 8;
   int tile = 256;
@@ -36,6 +44,11 @@ struct ServeArgs {
 
 // Adds the server flags to `app`; `with_port` is false for `gem agent` (it picks a free port).
 void add_serve_options(CLI::App& app, ServeArgs& args, bool with_port);
+
+// The API key from --api-key, --api-key-file or the environment (GEM_API_KEY, then
+// LLAMA_API_KEY, llama-server's), into args.api_key. Two sources given is an error; an
+// unreadable or empty key file is an error naming it.
+Status resolve_api_key(ServeArgs& args);
 
 // A running server: bound and answering (503 while loading) until stop().
 struct RunningServer {

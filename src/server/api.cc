@@ -10,6 +10,8 @@
 #include "chat/json_util.h"
 #include "chat/validate.h"
 
+#include "server/json_limits.h"
+
 namespace gem::server {
 
 using nlohmann::json;
@@ -111,7 +113,12 @@ bool read_int(const json& obj, const char* key, int64_t lo, int64_t hi, int64_t*
 
 bool parse_chat_request(const std::string& body, const SamplingParams& defaults, ChatRequest* out,
                         ApiError* err) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::string depth_error;
+  json j = parse_json_bounded(body, "request body", &depth_error);
+  if (!depth_error.empty()) {
+    *err = bad_request(depth_error);
+    return false;
+  }
   if (j.is_discarded()) {
     *err = bad_request("the request body: expected JSON, got text that does not parse as JSON");
     return false;

@@ -1,8 +1,8 @@
-// gem's HTTP server (server.h). Threads: cpp-httplib's pool runs every handler; a chat request
-// holds the engine (EngineGate, FIFO) for its whole run, so GET handlers on other pool threads
-// never wait on it. A disconnect is noticed by polling the request's socket (found by its
-// address pair: cpp-httplib 0.11 does not expose it) at every prompt tile and token, and by a
-// per-request monitor thread that also writes SSE keep-alive comments during long tiles.
+// gem's HTTP server (server.h). Threads: the HTTP layer's workers (http.h) run every handler
+// once a whole request has arrived; a chat request holds the engine (EngineGate, FIFO) for its
+// whole run, so GET handlers on other workers never wait on it. A disconnect is noticed by
+// polling the request's socket at every prompt tile and token, and by a per-request monitor
+// thread that also writes SSE keep-alive comments during long tiles.
 //
 // tool_choice (chat/constraint.h make_tool_constraint): "none" keeps the tools declared in the prompt (as
 // llama.cpp does) but bans <|tool_call>; "required" lets the model think first, then forces
@@ -11,11 +11,8 @@
 // <|tool_response> once that call closes. The arguments are always the model's own.
 #include "server/server.h"
 
-#include <dirent.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,7 +20,6 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -33,6 +29,8 @@
 #include "chat/chat.h"
 #include "chat/parser.h"
 #include "server/api.h"
+#include "server/http.h"
+#include "server/prepare.h"
 #include "server/webui/index_html.h"  // generated from src/server/webui/index.html
 
 namespace gem::server {
@@ -41,27 +39,36 @@ using nlohmann::json;
 
 namespace {
 
+constexpr const char* kJsonType = "application/json; charset=utf-8";
+
 std::string dump(const json& j) {
   // Invalid UTF-8 must never throw: it is replaced (U+FFFD).
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json; charset=utf-8");
+void send_json(http::Response& res, int status, const json& body) {
+  res.send(status, kJsonType, dump(body));
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(http::Response& res, const ApiError& e) {
+  if (e.status == 503) res.add_header("Retry-After", "5");
+  res.set_log_note(e.type + ": " + e.message.substr(0, 200));
   send_json(res, e.status, error_json(e));
-  if (e.status == 503) res.set_header("Retry-After", "5");
 }
 
-ApiError loading_error() {
+ApiError api_error(int status, std::string type, std::string message) {
   ApiError e;
-  e.status = 503;
-  e.type = "unavailable_error";
-  e.message = "Loading model";
+  e.status = status;
+  e.type = std::move(type);
+  e.message = std::move(message);
   return e;
+}
+
+ApiError loading_error() { return api_error(503, "unavailable_error", "Loading model"); }
+
+ApiError shutdown_error() {
+  return api_error(503, "unavailable_error",
+                   "the server is shutting down; the request was stopped before it finished");
 }
 
 bool secure_equal(const std::string& a, const std::string& b) {
@@ -71,20 +78,31 @@ bool secure_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-int port_of(const sockaddr_storage& ss) {
-  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
-  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
-  return -1;
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
-// Serialised writes to one response's DataSink (the generating thread and the monitor share it).
+// The error type clients expect for an HTTP status the transport produced itself.
+std::string type_for_status(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 501: return "not_supported_error";
+    case 503: return "unavailable_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+// Serialised writes to one streamed response (the generating thread and the monitor share it).
 class SinkWriter {
  public:
-  explicit SinkWriter(httplib::DataSink* sink) : sink_(sink), last_(now_seconds()) {}
+  explicit SinkWriter(http::Response* res) : res_(res), last_(now_seconds()) {}
   bool write(const std::string& s) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (sink_ == nullptr || failed_) return false;
-    if (!sink_->write(s.data(), s.size())) failed_ = true;
+    if (res_ == nullptr || failed_) return false;
+    if (!res_->write(s)) failed_ = true;
     last_ = now_seconds();
     return !failed_;
   }
@@ -98,11 +116,11 @@ class SinkWriter {
     std::lock_guard<std::mutex> lock(mu_);
     return failed_;
   }
-  bool streaming() const { return sink_ != nullptr; }
+  bool streaming() const { return res_ != nullptr; }
 
  private:
   mutable std::mutex mu_;
-  httplib::DataSink* sink_;
+  http::Response* res_;
   bool failed_ = false;
   double last_;
 };
@@ -163,30 +181,6 @@ bool connection_alive(int fd) {
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
   }
   return true;
-}
-
-int find_connection_fd(const std::string& /*local_addr*/, int local_port,
-                       const std::string& /*remote_addr*/, int remote_port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof(local), pl = sizeof(peer);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (port_of(local) == local_port && port_of(peer) == remote_port) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -259,31 +253,33 @@ struct Server::Job {
 };
 
 Server::Server(ServerOptions options)
-    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()),
-      gate_(options_.max_queue) {
-  const int n_threads =
-      options_.n_http_threads > 0 ? options_.n_http_threads : options_.max_queue + 9;
-  http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  http_->set_read_timeout(options_.timeout_s, 0);
-  http_->set_write_timeout(options_.timeout_s, 0);
-  http_->set_keep_alive_timeout(5);
-  routes();
+    : options_(std::move(options)), gate_(options_.max_queue) {
+  set_max_json_depth(options_.max_json_depth);
+  loopback_ = http::is_loopback_host(options_.host);
+  http::Options o;
+  o.host = options_.host;
+  o.port = options_.port;
+  o.max_body_bytes = options_.max_body_bytes;
+  o.header_timeout_s = options_.header_timeout_s;
+  o.body_timeout_s = options_.body_timeout_s;
+  o.keep_alive_s = options_.keep_alive_s;
+  o.write_timeout_s = options_.timeout_s;
+  o.max_connections = options_.max_connections;
+  // Chat requests hold a worker while they run or wait (at most 1 + max_queue of them; more
+  // are refused at once), so the GET routes always find a free one.
+  o.n_workers = options_.n_http_threads > 0 ? options_.n_http_threads : options_.max_queue + 9;
+  http_ = std::make_unique<http::Server>(
+      o, [this](const http::Request& req, http::Response& res) { handle(req, res); },
+      [](int status, const std::string& message) {
+        return dump(error_json(api_error(status, type_for_status(status), message)));
+      });
 }
 
 Server::~Server() { stop(); }
 
 Status Server::bind() {
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-    if (port_ <= 0) return errorf("cannot bind %s on any port", options_.host.c_str());
-  } else {
-    if (!http_->bind_to_port(options_.host, options_.port)) {
-      return errorf("cannot bind %s:%d (in use, or not an address of this machine)",
-                    options_.host.c_str(), options_.port);
-    }
-    port_ = options_.port;
-  }
+  GEM_RETURN_IF_ERROR(http_->bind());
+  port_ = http_->port();
   return ok_status();
 }
 
@@ -295,22 +291,41 @@ void Server::set_engine(std::unique_ptr<runtime::Engine> engine, std::string cha
 }
 
 bool Server::run() {
-  run_entered_ = true;
-  bool ok = true;
-  if (!stop_requested_) ok = http_->listen_after_bind();
-  run_exited_ = true;
-  return ok;
+  http_->run();
+  return true;
 }
 
 void Server::stop() {
-  stop_requested_ = true;
   if (!http_) return;
-  // run() may be between its check and the listen loop: wait until it listens (then stop it)
-  // or has returned. A run() not yet entered sees the request and returns at once.
-  while (run_entered_ && !run_exited_ && !http_->is_running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cut_.store(true);
+  http_->stop_accepting();
+  // Running requests notice cut_ at their next token or tile; give them a moment to end.
+  for (int i = 0; i < 500 && http_->n_active() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (http_->is_running()) http_->stop();
+  http_->stop();
+}
+
+int Server::n_active() const { return http_ ? http_->n_active() : 0; }
+
+int Server::n_connections() const { return http_ ? http_->n_connections() : 0; }
+
+int Server::shutdown(double grace_s) {
+  http_->stop_accepting();
+  const double deadline = now_seconds() + grace_s;
+  while (http_->n_active() > 0 && now_seconds() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (http_->n_active() > 0) {
+    GEM_LOG_WARN("server: %d request(s) still running after the %.1f s grace period; stopping them",
+                 http_->n_active(), grace_s);
+    cut_.store(true);
+    for (int i = 0; i < 1000 && http_->n_active() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  http_->stop();
+  return n_cut_.load();
 }
 
 SamplingParams Server::default_sampling() const {
@@ -326,80 +341,90 @@ SamplingParams Server::default_sampling() const {
   return s;
 }
 
-void Server::routes() {
-  httplib::Server& h = *http_;
-  h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.headers.size() > 100) {
-      send_error(res, bad_request("too many request headers (more than 100)"));
-      return httplib::Server::HandlerResponse::Handled;
+bool Server::admit(const http::Request& req, http::Response& res) {
+  // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
+  // "Host: evil.example". Browsers always send Host; clients that omit it are not browsers.
+  if (loopback_) {
+    const std::string* host = req.header("host");
+    if (host != nullptr && !http::is_loopback_host_header(*host)) {
+      send_error(res, api_error(403, "permission_error",
+                                "Host '" + host->substr(0, 100) +
+                                    "' is not a loopback name: this server listens on " +
+                                    options_.host +
+                                    " and answers only requests addressed to localhost or a "
+                                    "loopback address (DNS rebinding protection)"));
+      return false;
     }
-    if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" ||
-        (options_.webui && req.path == "/" && req.method != "POST")) {  // the page holds no data
-      return httplib::Server::HandlerResponse::Unhandled;
+  }
+  // Cross-site requests: browsers send Origin on every cross-origin request (and on same-origin
+  // POSTs); curl and the SDKs send none.
+  if (const std::string* origin = req.header("origin")) {
+    const std::string host = req.header_value("host");
+    const std::string o = lower(*origin);
+    bool allowed = !host.empty() && o == "http://" + lower(host);
+    // The server's own pages on a loopback name: http://localhost:PORT, http://127.0.0.1:PORT.
+    if (!allowed && loopback_ && o.rfind("http://", 0) == 0) {
+      const std::string authority = o.substr(7);
+      const std::string suffix = ":" + std::to_string(port_);
+      allowed = authority.size() > suffix.size() &&
+                authority.compare(authority.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+                http::is_loopback_host_header(authority);
     }
-    std::string key;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
-    if (key.empty()) key = req.get_header_value("X-Api-Key");
-    if (!secure_equal(key, options_.api_key)) {
-      ApiError e;
-      e.status = 401;
-      e.type = "authentication_error";
-      e.message = "Invalid API Key";
-      send_error(res, e);
-      return httplib::Server::HandlerResponse::Handled;
+    for (const std::string& o : options_.cors_origins) {
+      if (o == "*" || lower(o) == lower(*origin)) allowed = true;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // Errors produced by cpp-httplib itself (404, 413, 400 for a broken request line) get the
-  // OpenAI error shape; responses that already carry a body are left alone.
-  h.set_error_handler(httplib::Server::HandlerWithResponse(
-      [](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty() || res.is_chunked_content_provider_) {
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (!allowed) {
+      send_error(res, api_error(403, "permission_error",
+                                "Origin '" + origin->substr(0, 100) +
+                                    "' is not allowed: cross-site requests are refused unless "
+                                    "the origin is listed in --cors"));
+      return false;
     }
-    ApiError e;
-    e.status = res.status;
-    if (res.status == 404) {
-      e.type = "not_found_error";
-      e.message = "File Not Found";
-    } else if (res.status == 413) {
-      e.message = "request body too large";
-    } else {
-      e.message = "bad request";
-    }
-    send_json(res, res.status, error_json(e));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  h.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                             std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    GEM_LOG_ERROR("server: unexpected exception: %s", what.c_str());
-    ApiError e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = "internal error: " + what;
-    send_error(res, e);
-  });
+    res.add_header("Access-Control-Allow-Origin", *origin);
+    res.add_header("Access-Control-Allow-Credentials", "true");
+    res.add_header("Vary", "Origin");
+  }
+  if (req.method == "OPTIONS") {  // CORS preflight: no key (browsers never send one here)
+    res.add_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.header_value("access-control-request-headers");
+    res.add_header("Access-Control-Allow-Headers",
+                   asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+    res.add_header("Access-Control-Max-Age", "600");
+    res.send(200, "", "");
+    return false;
+  }
+  if (options_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" ||
+      (options_.webui && req.path == "/" && req.method != "POST")) {  // the page holds no data
+    return true;
+  }
+  std::string key;
+  const std::string auth = req.header_value("authorization");
+  // The scheme is case-insensitive (RFC 9110 §11.1): "bearer KEY" is as good as "Bearer KEY".
+  if (auth.size() > 7 && lower(auth.substr(0, 7)) == "bearer ") {
+    key = auth.substr(7);
+    while (!key.empty() && key.front() == ' ') key.erase(0, 1);
+  }
+  if (key.empty()) key = req.header_value("x-api-key");
+  if (!secure_equal(key, options_.api_key)) {
+    send_error(res, api_error(401, "authentication_error",
+                              key.empty() ? "Invalid API Key (none given)" : "Invalid API Key"));
+    return false;
+  }
+  return true;
+}
 
-  auto health = [this](const httplib::Request&, httplib::Response& res) {
-    if (!ready()) {
-      send_error(res, loading_error());
-      return;
-    }
-    send_json(res, 200, json{{"status", "ok"}});
-  };
-  h.Get("/health", health);
-  h.Get("/v1/health", health);
-
-  // Answered from options alone, so it works while the model loads (hax's 2 s budget).
-  auto models = [this](const httplib::Request&, httplib::Response& res) {
+void Server::handle(const http::Request& req, http::Response& res) {
+  if (!admit(req, res)) return;
+  const std::string& p = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (p == "/health" || p == "/v1/health") {
+    if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET " + p));
+    if (!ready()) return send_error(res, loading_error());
+    return send_json(res, 200, json{{"status", "ok"}});
+  }
+  if (p == "/v1/models" || p == "/models") {
+    if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET " + p));
+    // Answered from options alone, so it works while the model loads (hax's 2 s budget).
     json meta = {{"n_ctx", options_.n_ctx}};
     if (ready() && engine_->has_model()) meta["n_vocab"] = engine_->config().n_vocab;
     json entry = {{"id", options_.model_name},
@@ -409,16 +434,11 @@ void Server::routes() {
                   {"created", static_cast<int64_t>(std::time(nullptr))},
                   {"owned_by", "gem"},
                   {"meta", meta}};
-    send_json(res, 200, json{{"object", "list"}, {"data", json::array({entry})}});
-  };
-  h.Get("/v1/models", models);
-  h.Get("/models", models);
-
-  h.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
-    if (!ready()) {
-      send_error(res, loading_error());
-      return;
-    }
+    return send_json(res, 200, json{{"object", "list"}, {"data", json::array({entry})}});
+  }
+  if (p == "/props") {
+    if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET /props"));
+    if (!ready()) return send_error(res, loading_error());
     const SamplingParams s = default_sampling();
     // Floats printed as the decimal the user wrote (0.95, not 0.949999988).
     auto dec = [](float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; };
@@ -441,44 +461,46 @@ void Server::routes() {
         {"eos_token", "<eos>"},
         {"build_info", "b" + options_.build_info},
         {"is_sleeping", false}};
-    send_json(res, 200, body);
-  });
-
-  auto chat = [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); };
-  h.Post("/v1/chat/completions", chat);
-  h.Post("/chat/completions", chat);
-
-  // --- Chat page (src/server/webui/index.html, embedded at build time; off with --no-webui) ---
-  if (options_.webui) {
-    h.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_header("Content-Security-Policy", webui::kIndexCsp);
-      res.set_header("X-Content-Type-Options", "nosniff");
-      res.set_header("Referrer-Policy", "no-referrer");
-      res.set_header("Cache-Control", "no-cache");
-      res.set_content(webui::index_html().data(), webui::index_html().size(), "text/html; charset=utf-8");
-    });
+    return send_json(res, 200, body);
   }
-  // --- end chat page ---
+  if (p == "/v1/chat/completions" || p == "/chat/completions") {
+    if (req.method != "POST") {
+      return send_error(res, api_error(405, "invalid_request_error", "use POST " + p));
+    }
+    return handle_chat(req, res);
+  }
+  // The chat page (src/server/webui/index.html, embedded at build time; off with --no-webui).
+  // Its own requests carry the server's origin, which admit() lets through.
+  if (p == "/" && options_.webui && get) {
+    res.add_header("Content-Security-Policy", webui::kIndexCsp);
+    res.add_header("X-Content-Type-Options", "nosniff");
+    res.add_header("Referrer-Policy", "no-referrer");
+    res.add_header("Cache-Control", "no-cache");
+    return res.send(200, "text/html; charset=utf-8",
+                    std::string_view(webui::index_html().data(), webui::index_html().size()));
+  }
+  send_error(res, api_error(404, "not_found_error", "File Not Found"));
 }
 
-void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_chat(const http::Request& req, http::Response& res) {
   if (!ready()) {
     send_error(res, loading_error());
     return;
   }
+  // The body is read as JSON whatever its declared Content-Type (curl -d sends a form type).
   auto job = std::make_shared<Job>();
   job->server = this;
+  PreparedChat prepared;
   ApiError err;
-  if (!parse_chat_request(req.body, default_sampling(), &job->req, &err)) {
+  if (!prepare_chat(req.body, options_.max_json_depth, default_sampling(), engine_->tokenizer(),
+                    &prepared, &err)) {
     send_error(res, err);
     return;
   }
+  job->req = std::move(prepared.req);
+  job->prompt = std::move(prepared.prompt);
+  job->n_history = prepared.n_history;
   const ChatRequest& cr = job->req;
-  // Message text is tokenized as text; n_history marks where the conversation ends (engine.h).
-  if (!build_prompt(cr, engine_->tokenizer(), &job->prompt, &job->n_history, &err)) {
-    send_error(res, err);
-    return;
-  }
   const int n_prompt = static_cast<int>(job->prompt.size());
   if (n_prompt >= engine_->n_ctx()) {
     ApiError e = bad_request(strprintf("request (%d tokens) exceeds the available context size "
@@ -489,13 +511,14 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     send_error(res, e);
     return;
   }
+  if (cut_.load()) {
+    send_error(res, shutdown_error());
+    return;
+  }
   job->ticket = gate_.enter();
   if (job->ticket == 0) {
-    ApiError e;
-    e.status = 503;
-    e.type = "unavailable_error";
-    e.message = "the server is busy: the request queue is full, retry later";
-    send_error(res, e);
+    send_error(res, api_error(503, "unavailable_error",
+                              "the server is busy: the request queue is full, retry later"));
     return;
   }
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -503,34 +526,42 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
   job->meta.created = static_cast<int64_t>(std::time(nullptr));
   job->meta.model = options_.model_name;
   job->meta.fingerprint = "b" + options_.build_info;
-  job->fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  job->fd = res.fd();
   n_requests_++;
 
   if (cr.stream) {
-    res.status = 200;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, job](size_t /*offset*/, httplib::DataSink& sink) {
-          const bool ok = run_job(*job, &sink, nullptr);
-          if (ok) sink.done();
-          return ok;
-        });
-    return;
+    res.add_header("Cache-Control", "no-cache");
+    res.add_header("X-Accel-Buffering", "no");
+    if (!res.start_stream(200, "text/event-stream")) return;
   }
-  if (!run_job(*job, nullptr, &res)) {
-    res.status = 499;  // the client is gone; nothing will be read
-    res.body.clear();
-  }
+  if (!run_job(*job, res)) res.drop();  // the client is gone; nothing will be read
 }
 
-bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) {
-  SinkWriter writer(sink);
+bool Server::run_job(Job& job, http::Response& res) {
   const ChatRequest& cr = job.req;
-  const bool streaming = sink != nullptr;
+  const bool streaming = cr.stream;
+  SinkWriter writer(streaming ? &res : nullptr);
+  // Ends the request early because the server is shutting down: a stream gets an error event
+  // and [DONE] (so clients neither hang nor retry blindly), a plain request a 503.
+  auto cut_short = [&] {
+    n_cut_.fetch_add(1);
+    GEM_LOG_WARN("%s: stopped by the server's shutdown", job.meta.id.c_str());
+    if (streaming) {
+      writer.event(error_json(shutdown_error()));
+      writer.write("data: [DONE]\n\n");
+    } else {
+      send_error(res, shutdown_error());
+    }
+    return true;
+  };
 
   // Wait for the engine (FIFO), watching the client and keeping the stream alive.
   while (!gate_.wait_turn(job.ticket, 0.25)) {
+    if (cut_.load()) {
+      gate_.abandon(job.ticket);
+      job.ticket = 0;
+      return cut_short();
+    }
     const bool gone_while_queued =
         !connection_alive(job.fd) ||
         (streaming && writer.silent_for() >= options_.heartbeat_s && !writer.comment("queued"));
@@ -581,6 +612,7 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
   int progress_cache = -1;
   runtime::GenerateCallbacks cb;
   cb.on_prompt_progress = [&](int done, int total) {
+    if (cut_.load()) return false;
     if (gone.load() || !connection_alive(job.fd)) {
       gone.store(true);
       return false;
@@ -610,6 +642,7 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
     ds.clear();
   };
   cb.on_token = [&](int32_t token) {
+    if (cut_.load()) return false;
     if (gone.load() || !connection_alive(job.fd)) {
       gone.store(true);
       return false;
@@ -630,23 +663,22 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
 
   if (!result.ok()) {
     GEM_LOG_ERROR("%s: %s", job.meta.id.c_str(), result.message().c_str());
-    ApiError e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = result.message();
+    const ApiError e = api_error(500, "server_error", result.message());
     if (streaming) {
       writer.event(error_json(e));
       return true;  // the body ends without [DONE] (protocol §9.2)
     }
-    send_error(*res, e);
+    send_error(res, e);
     return true;
   }
   const runtime::GenerateResult& r = *result;
-  if (gone.load() || r.finish == runtime::FinishReason::kCancelledInPrompt) {
+  if (gone.load()) {
     GEM_LOG_INFO("%s: client disconnected (prompt %d, generated %d); state restored",
                  job.meta.id.c_str(), r.n_prompt, r.n_generated);
     return false;
   }
+  if (cut_.load() && !stop_string) return cut_short();
+  if (r.finish == runtime::FinishReason::kCancelledInPrompt) return false;
   const bool length = r.finish == runtime::FinishReason::kLength ||
                       r.finish == runtime::FinishReason::kContextFull;
   events.clear();
@@ -675,7 +707,8 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
       u["timings"] = timings_json(r);
       if (!writer.event(u)) return false;
     }
-    return writer.write("data: [DONE]\n\n");
+    if (!writer.write("data: [DONE]\n\n")) return false;
+    return res.end_stream();
   }
   json body = {{"choices", json::array({json{{"finish_reason", reason},
                                              {"index", 0},
@@ -687,7 +720,7 @@ bool Server::run_job(Job& job, httplib::DataSink* sink, httplib::Response* res) 
                {"usage", usage_json(r)},
                {"id", job.meta.id},
                {"timings", timings_json(r)}};
-  send_json(*res, 200, body);
+  send_json(res, 200, body);
   return true;
 }
 

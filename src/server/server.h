@@ -2,6 +2,12 @@
 // /props, /v1/chat/completions; each also without /v1), SSE streaming, one generating request
 // at a time with a bounded FIFO queue, disconnect-driven cancellation, API key, body limits.
 // The GET routes never touch the engine, so they answer while a request generates.
+//
+// Transport (server/http.h): an epoll front reads whole requests under header and body
+// deadlines and hands only complete ones to workers. Browser safety: a request carrying an
+// Origin header is refused (403) unless the origin is the server's own or listed in
+// cors_origins; on a loopback address a Host header that is not a loopback name is refused
+// (DNS rebinding). Every 4xx/5xx is logged with the client's address.
 #pragma once
 
 #include <atomic>
@@ -13,16 +19,18 @@
 #include <string>
 #include <thread>
 
+#include <vector>
+
 #include "base/status.h"
 #include "runtime/engine.h"
 #include "sampler/sampler.h"
+#include "server/json_limits.h"
 
-namespace httplib {
+namespace gem::server::http {
 class Server;
 struct Request;
-struct Response;
-class DataSink;
-}  // namespace httplib
+class Response;
+}  // namespace gem::server::http
 
 namespace gem::server {
 
@@ -36,7 +44,15 @@ struct ServerOptions {
   size_t max_body_bytes = 16u << 20;
   int max_queue = 8;                // requests waiting behind the running one; more get 503
   int n_http_threads = 0;           // 0: max_queue + 9 (so GETs always find a thread)
-  int timeout_s = 600;              // socket read/write timeout
+  int timeout_s = 600;              // longest wait for a client to take response bytes
+  double header_timeout_s = 10;     // request line and headers must arrive within this
+  double body_timeout_s = 60;       // the body must arrive within this after the headers
+  double keep_alive_s = 5;          // idle limit between requests on one connection
+  int max_connections = 1024;       // open connections; the oldest idle one makes room
+  int max_json_depth = kDefaultMaxJsonDepth;  // nesting of arrays/objects in any JSON accepted
+  // Origins (scheme://host[:port]) allowed to call from a browser besides the server's own;
+  // "*" allows any.
+  std::vector<std::string> cors_origins;
   int heartbeat_s = 10;             // longest SSE silence before a ": keep-alive" comment
   std::string build_info = "gem";   // /props build_info; fingerprint "b" + this
   bool webui = true;                // serve the chat page (src/server/webui) at GET /
@@ -76,26 +92,36 @@ class Server {
   void set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template);
   // Serves until stop(). Returns false when the server could not run.
   bool run();
+  // Stops at once: running requests are cut as by a shutdown whose grace period ran out.
   void stop();
+  // Graceful stop: no new connections; running and queued requests get up to `grace_s` to
+  // finish; then each is cut (a stream gets an error event and [DONE], a plain request a 503).
+  // Returns the number of requests that were cut (0: a clean drain). run() returns afterwards.
+  int shutdown(double grace_s);
+  int n_active() const;       // requests being answered
+  int n_connections() const;  // open client connections
   bool ready() const { return ready_.load(); }
   runtime::Engine* engine() { return engine_.get(); }
 
   struct Job;
 
  private:
-  void routes();
-  void handle_chat(const httplib::Request& req, httplib::Response& res);
-  // Runs one admitted request. With a sink it streams SSE; without, it fills `res`.
-  // Returns false when the client went away.
-  bool run_job(Job& job, httplib::DataSink* sink, httplib::Response* res);
+  void handle(const http::Request& req, http::Response& res);
+  // The browser, Host and key checks; false when `res` already holds the refusal.
+  bool admit(const http::Request& req, http::Response& res);
+  void handle_chat(const http::Request& req, http::Response& res);
+  // Runs one admitted request: streams SSE when the request asked for it, otherwise answers
+  // with one JSON body. Returns false when the client went away.
+  bool run_job(Job& job, http::Response& res);
   SamplingParams default_sampling() const;
 
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<http::Server> http_;
+  std::atomic<bool> cut_{false};      // shutdown's grace period is over: end every request
+  std::atomic<int> n_cut_{0};
+  bool loopback_ = true;
   int port_ = 0;
   std::atomic<bool> ready_{false};
-  // run()/stop() handshake: a stop() that comes before run() is listening must still end it.
-  std::atomic<bool> stop_requested_{false}, run_entered_{false}, run_exited_{false};
   std::unique_ptr<runtime::Engine> engine_;
   std::string chat_template_;
   EngineGate gate_;
@@ -105,8 +131,5 @@ class Server {
 // Whether the peer of the connection on socket `fd` is still there (no FIN/RST seen). Never
 // blocks; pipelined request bytes count as alive.
 bool connection_alive(int fd);
-// The server-side socket of the connection (local, remote) or -1.
-int find_connection_fd(const std::string& local_addr, int local_port,
-                       const std::string& remote_addr, int remote_port);
 
 }  // namespace gem::server
