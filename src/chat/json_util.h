@@ -40,7 +40,7 @@ inline Status type_error(const std::string& where, const char* expected, const j
 }
 
 inline Status depth_error(const std::string& where, int limit = kMaxJsonDepth) {
-  return errorf("%s: expected JSON nested at most %d levels deep, got deeper nesting", where.c_str(),
+  return errorf("%s: expected JSON nested within the limit of %d levels, got deeper nesting", where.c_str(),
                 limit);
 }
 

@@ -363,7 +363,7 @@ TEST(ChatValidate, DeepNestingIsAnErrorNamingTheLimit) {
     const json tools = json::parse(c.tools);
     auto r = render(messages, tools, RenderOptions());
     ASSERT_FALSE(r.ok()) << c.name;
-    EXPECT_NE(r.message().find("expected JSON nested at most 64 levels deep"), std::string::npos)
+    EXPECT_NE(r.message().find("expected JSON nested within the limit of 64 levels"), std::string::npos)
         << c.name << ": " << r.message().substr(0, 300);
     EXPECT_EQ(r.message().rfind(c.where, 0), 0u) << c.name << ": " << r.message().substr(0, 300);
   }
@@ -382,7 +382,7 @@ TEST(ChatValidate, DeepNestingIsAnErrorNamingTheLimit) {
   EXPECT_TRUE(check_depth(json::parse(nested(3)), "x", 3).ok());
   const Status st = check_depth(json::parse(nested(4)), "x", 3);
   ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.message(), "x[0][0][0]: expected JSON nested at most 3 levels deep, got deeper nesting");
+  EXPECT_EQ(st.message(), "x[0][0][0]: expected JSON nested within the limit of 3 levels, got deeper nesting");
   const json long_key = {{std::string(100, 'k'), json::array({json::array()})}};
   const Status lk = check_depth(long_key, "x", 2);
   EXPECT_EQ(lk.message().rfind("x." + std::string(40, 'k') + "...[0]:", 0), 0u) << lk.message();

@@ -164,8 +164,8 @@ TEST(Api, DeepNestingIsA400NamingTheLimit) {
   for (const std::string& body : bodies) {
     ApiError e = parse_err(body);
     EXPECT_EQ(e.status, 400);
-    EXPECT_NE(e.message.find("expected JSON nested at most 64 levels deep"), std::string::npos)
-        << e.message.substr(0, 200);
+    // The body's bound (server/json_limits.h) or, for JSON inside a string, chat's: both name it.
+    EXPECT_NE(e.message.find("limit of 64 levels"), std::string::npos) << e.message.substr(0, 200);
   }
 }
 
