@@ -411,11 +411,55 @@ inline void micro_packed_half(const PackedMatrix& w, const QuantizedX& x, int64_
   for (int j = 0; j < T; ++j) _mm256_storeu_ps(y + (t + j) * ldy + g * kPackRows + 8 * h, acc[j]);
 }
 
+// Decode of Q4_0 (one token): both halves in one pass over the group's bytes, so every 64-byte
+// slice is used whole when it arrives; the activations are broadcast once per slice pair.
+// Hot in L3 (attn_k, 1 thread, Zen 5): 47.8 GB/s against 42.7 for two passes of
+// micro_packed_half<true, 1> and 19.7 for the file layout's pair tile.
+inline void decode_packed_q4(const PackedMatrix& w, const QuantizedX& x, int64_t g, int t, float* y,
+                             int64_t ldy) {
+  const int64_t nb = x.n_blocks;
+  const uint8_t* wq = w.qs + g * nb * 256;
+  const uint16_t* wd = w.d + g * nb * kPackRows;
+  const int8_t* xq = x.qs + t * x.cols;
+  const float* xd = x.d + t * nb;
+  const int32_t* xc = x.neg_corr + t * nb;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = wq + b * 256;
+    const int8_t* q = xq + 32 * b;
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i xlo = bcast32(q + 4 * k), xhi = bcast32(q + 16 + 4 * k);
+      const __m256i v0 = loadu256(p + 64 * k), v1 = loadu256(p + 64 * k + 32);
+      s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), xlo));
+      s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), xhi));
+      s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), xlo));
+      s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), xhi));
+    }
+    const __m256i c = _mm256_set1_epi32(xc[b]);
+    const __m256 dx = _mm256_set1_ps(xd[b]);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + b * kPackRows)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + b * kPackRows + 8)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(s0, ones), c)),
+                           _mm256_mul_ps(d0, dx), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(s1, ones), c)),
+                           _mm256_mul_ps(d1, dx), acc1);
+  }
+  _mm256_storeu_ps(y + t * ldy + g * kPackRows, acc0);
+  _mm256_storeu_ps(y + t * ldy + g * kPackRows + 8, acc1);
+}
+
 // 4-token tiles (16 ymm: 8 weight slices, 4 accumulators, the sums), then the remainder.
 template <bool kQ4>
 void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0, int t1,
                  float* y, int64_t ldy) {
   constexpr int kT = 4;
+  if (kQ4 && t1 - t0 == 1) {
+    for (int64_t g = g0; g < g1; ++g) decode_packed_q4(w, x, g, t0, y, ldy);
+    return;
+  }
   for (int64_t g = g0; g < g1; ++g) {
     for (int h = 0; h < 2; ++h) {
       int t = t0;
