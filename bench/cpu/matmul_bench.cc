@@ -2,7 +2,9 @@
 // on 12B-shaped matrices (decode: GB/s of weights streamed; prefill: integer GOP/s), 1 and 2
 // threads. Weights are random but valid; several copies are cycled so decode reads from DRAM.
 // Usage: gem_cpu_matmul_bench [--threads N] [--quick] [--hot] [--only attn_k/Q4_0] [--no-bw]
-//        [--reps N] (best of N prefill passes; decode is best of max(9, N))
+//        [--reps N] (best of N prefill passes; decode is best of max(9, N)) [--file-layout]
+// Q4_0/Q8_0 shapes run on the packed layout (packed.h) as the backend does, and also on the
+// file's layout with --file-layout or GEM_CPU_REPACK=0. GEM_CPU_ISA=avx2 forces that path.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -21,28 +23,27 @@
 namespace gem::cpu {
 namespace {
 
-// Every cache line of buf read (sum of floats), split over the pool; best of `reps`.
+// Every byte of buf read (an xor of 64-bit words, which the compiler vectorises to the widest
+// loads -march allows: a float sum is latency-bound below this machine's bandwidth), split over
+// the pool; best of `reps`.
 double bench_read(ThreadPool& pool, const std::vector<float>& buf, int reps) {
   double best = 1e30;
-  std::vector<double> partial(static_cast<size_t>(pool.size()));
+  std::vector<uint64_t> partial(static_cast<size_t>(pool.size()));
+  const auto* words = reinterpret_cast<const uint64_t*>(buf.data());
+  const int64_t n_words = static_cast<int64_t>(buf.size() / 2);
   for (int r = 0; r < reps; ++r) {
     Timer t;
-    pool.parallel_for(static_cast<int64_t>(buf.size()), [&](int64_t b, int64_t e, int c) {
-      float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-      int64_t i = b;
-      for (; i + 8 <= e; i += 8) {
-        s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3];
-        s4 += buf[i + 4]; s5 += buf[i + 5]; s6 += buf[i + 6]; s7 += buf[i + 7];
-      }
-      for (; i < e; ++i) s0 += buf[i];
-      partial[static_cast<size_t>(c)] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+    pool.parallel_for(n_words, [&](int64_t b, int64_t e, int c) {
+      uint64_t s = 0;
+      for (int64_t i = b; i < e; ++i) s ^= words[i];
+      partial[static_cast<size_t>(c)] = s;
     });
     best = std::min(best, t.seconds());
   }
-  double sink = 0;
-  for (double p : partial) sink += p;
-  if (sink == 12345.678) std::printf(" ");
-  return static_cast<double>(buf.size()) * 4 / best / 1e9;
+  uint64_t sink = 0;
+  for (uint64_t p : partial) sink ^= p;
+  if (sink == 12345) std::printf(" ");
+  return static_cast<double>(n_words) * 8 / best / 1e9;
 }
 
 // memcpy of buf into dst, split over the pool: GB/s counting read + write bytes.
@@ -98,7 +99,7 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int reps) {
+void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int reps, bool pack) {
   std::mt19937_64 rng(1);
   const Matrix one = make_matrix(s.type, s.rows, s.cols, rng);
   const double w_bytes = static_cast<double>(one.bytes.size());
@@ -106,12 +107,20 @@ void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int rep
   // --hot: one copy, so a matrix that fits in L3 measures the kernel rather than DRAM.
   const int n_copies = hot ? 1 : std::max(1, static_cast<int>(std::ceil(192e6 / w_bytes)));
   std::vector<Matrix> mats;
+  std::vector<OwnedPacked> packs;
   mats.reserve(static_cast<size_t>(n_copies));
   for (int i = 0; i < n_copies; ++i) {
     mats.push_back(Matrix{one.bytes, {}});
     mats.back().view = one.view;
     mats.back().view.data = mats.back().bytes.data();
+    // The packed layout (packed.h) in place of the file's: only the packed copies stay.
+    if (pack && packable(one.view)) {
+      packs.push_back(pack_owned(mats.back().view, pool));
+      std::vector<uint8_t>().swap(mats.back().bytes);
+    }
   }
+  if (pack && packs.empty()) return;
+  auto packed_of = [&](size_t i) { return packs.empty() ? nullptr : &packs[i].view; };
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (int n_tok : {1, 128, 512}) {
     if (quick && n_tok == 512) continue;
@@ -125,22 +134,23 @@ void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int rep
     // printed as well: with 1 thread it excludes time the OS gave other processes.
     const int calls = n_tok == 1 ? n_copies : 2;
     const int passes = n_tok == 1 ? std::max(9, reps) : reps;
-    matmul(mats[0].view, x.data(), n_tok, y.data(), pool);  // warm-up
+    matmul(mats[0].view, x.data(), n_tok, y.data(), pool, packed_of(0));  // warm-up
     double sec = 1e30, cpu_sec = 1e30;
     for (int p = 0; p < passes; ++p) {
       Timer t;
       const double c0 = process_cpu_seconds();
       for (int c = 0; c < calls; ++c) {
-        matmul(mats[static_cast<size_t>(c % n_copies)].view, x.data(), n_tok, y.data(), pool);
+        const size_t m = static_cast<size_t>(c % n_copies);
+        matmul(mats[m].view, x.data(), n_tok, y.data(), pool, packed_of(m));
       }
       sec = std::min(sec, t.seconds() / calls);
       cpu_sec = std::min(cpu_sec, (process_cpu_seconds() - c0) / calls);
     }
     const double gbs = w_bytes / sec / 1e9;
     const double gops = 2.0 * s.rows * s.cols * n_tok / sec / 1e9;
-    std::printf("matmul%s,%s,%s,%lldx%lld,threads=%d,n_tokens=%d,%.3f ms,%.2f GB/s,%.1f GOP/s,%.1f tok/s,"
+    std::printf("matmul%s%s,%s,%s,%lldx%lld,threads=%d,n_tokens=%d,%.3f ms,%.2f GB/s,%.1f GOP/s,%.1f tok/s,"
                 "cpu %.3f ms\n",
-                hot ? "(hot)" : "", s.name, std::string(dtype_name(s.type)).c_str(), static_cast<long long>(s.rows),
+                hot ? "(hot)" : "", pack ? "(packed)" : "", s.name, std::string(dtype_name(s.type)).c_str(), static_cast<long long>(s.rows),
                 static_cast<long long>(s.cols), pool.size(), n_tok, sec * 1e3, gbs, gops,
                 n_tok / sec, cpu_sec * 1e3);
     std::fflush(stdout);
@@ -154,7 +164,7 @@ int main(int argc, char** argv) {
   using namespace gem;
   using namespace gem::cpu;
   int max_threads = 2;
-  bool quick = false, hot = false, no_bw = false;
+  bool quick = false, hot = false, no_bw = false, file_layout = false;
   int reps = 1;
   std::string only;
   for (int i = 1; i < argc; ++i) {
@@ -164,9 +174,10 @@ int main(int argc, char** argv) {
     if (a == "--hot") hot = true;
     if (a == "--only" && i + 1 < argc) only = argv[++i];  // a shape name
     if (a == "--no-bw") no_bw = true;
+    if (a == "--file-layout") file_layout = true;  // also time the file's layout (no repack)
     if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
   }
-  std::printf("matmul ISA: %s\n", std::string(matmul_isa()).c_str());
+  std::printf("matmul path: %s\n", isa_description().c_str());
   if (!no_bw) {
     std::vector<float> src(static_cast<size_t>(128) << 20, 1.0f), dst(src.size(), 0.0f);  // 512 MiB
     for (int th = 1; th <= max_threads; ++th) {
@@ -190,7 +201,10 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       if (quick && th == 1 && s.type != DType::kQ4_0) continue;
       if (!only.empty() && only != s.name + std::string("/") + std::string(dtype_name(s.type))) continue;
-      bench_shape(s, pool, quick, hot, reps);
+      if (file_layout || !packable(model::TensorView{"", s.type, nullptr, s.rows, s.cols, 1})) {
+        bench_shape(s, pool, quick, hot, reps, /*pack=*/false);
+      }
+      if (repack_enabled()) bench_shape(s, pool, quick, hot, reps, /*pack=*/true);
     }
   }
   return 0;

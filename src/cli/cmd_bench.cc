@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/isa.h"
 #include "base/timer.h"
 #include "cli/backend_flags.h"
 #include "cli/build_info.h"
@@ -169,6 +170,11 @@ int run_bench(const BenchArgs& a) {
 #endif
   if (!made.ok()) return fail("bench", made.message());
   Backend& b = **made;
+  if (backend == "cpu") {
+    std::fprintf(stderr, "bench: cpu kernels %s, packed weights %.2f GB\n",
+                 cpu::isa_description().c_str(),
+                 static_cast<double>(cpu::cpu_backend_memory(b).packed_bytes) / 1e9);
+  }
 
   uint64_t bytes = m.weights.token_embd.n_bytes;
   uint64_t params = static_cast<uint64_t>(m.weights.token_embd.rows) * m.weights.token_embd.cols;

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 
+#include "backend/cpu/isa.h"
 #include "cli/backend_flags.h"
 #include "cli/command.h"
 #include "model/model.h"
@@ -85,6 +86,7 @@ int run_inspect(const InspectArgs& a) {
                 static_cast<unsigned long long>(g.elems), bytes_str(g.bytes).c_str());
   }
   std::printf("weights: %s\n", bytes_str(weight_bytes).c_str());
+  std::printf("cpu kernels: %s\n", cpu::isa_description().c_str());
 
   std::printf("\nKV cache (%s; sliding layers hold a ring of %d slots):\n", a.kv_type.c_str(), c.sliding_window);
   std::printf("  at -c %d: %s\n", a.n_ctx, bytes_str(model::kv_cache_bytes(m.plan, a.n_ctx, *kv)).c_str());

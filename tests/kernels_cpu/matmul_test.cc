@@ -183,7 +183,11 @@ std::string describe(const Case& c, uint64_t seed, int threads, const char* path
 std::vector<Case> cases_for(DType t) {
   std::vector<Case> cases = {{t, 1, 256, 1},   {t, 3, 512, 2},    {t, 127, 256, 7}, {t, 256, 512, 64},
                              {t, 37, 3840, 7}, {t, 19, 5376, 2},  {t, 256, 3840, 1}, {t, 127, 512, 64},
-                             {t, 5, 5376, 64}, {t, 3, 256, 64},  {t, 37, 15360, 80}};
+                             {t, 5, 5376, 64}, {t, 3, 256, 64},  {t, 37, 15360, 80},
+                             // 12B widths with rows in 16-row groups (the packed layout):
+                             // decode, a tile remainder, and more tokens than one chunk.
+                             {t, 64, 3840, 1},  {t, 48, 15360, 9}, {t, 32, 4096, 3},
+                             {t, 16, 3840, 130}};
   if (t != DType::kQ6_K) {
     for (int n = 1; n <= 9; ++n) cases.push_back({t, 5 + 2 * n, 32 * (2 * n + 1), n});
     cases.push_back({t, 3, 32, 1});
@@ -217,21 +221,30 @@ TEST_P(MatmulTest, FastAndScalarMatchReference) {
     const std::vector<double> bound = rounding_bound(w.view, x, c.n_tokens);
     const double acc = accumulation_factor(c.type, c.cols);
 
+    // Every path this CPU runs, on the file's layout and (x86 SIMD paths) the packed one.
+    OwnedPacked packed;
+    if (packable(w.view)) packed = pack_owned(w.view, pool3);
     struct Run {
-      const char* path;
+      Isa isa;
       ThreadPool* pool;
-      bool fast;
+      const PackedMatrix* packed;
     };
-    for (const Run& run : {Run{"simd", &pool1, true}, Run{"simd", &pool3, true},
-                           Run{"scalar", &pool1, false}, Run{"scalar", &pool3, false}}) {
-      const std::string what = describe(c, seed, run.pool->size(), run.path);
+    std::vector<Run> runs;
+    for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      runs.push_back({isa, &pool1, nullptr});
+      runs.push_back({isa, &pool3, nullptr});
+      if (packed.storage && (isa == Isa::kAvx2 || isa == Isa::kAvx512)) {
+        runs.push_back({isa, &pool1, &packed.view});
+        runs.push_back({isa, &pool3, &packed.view});
+      }
+    }
+    for (const Run& run : runs) {
+      const std::string path = std::string(isa_name(run.isa)) + (run.packed ? "+packed" : "");
+      const std::string what = describe(c, seed, run.pool->size(), path.c_str());
       SCOPED_TRACE(what);
       std::vector<float> y(y_ref.size(), std::nanf(""));
-      if (run.fast) {
-        matmul(w.view, x.data(), c.n_tokens, y.data(), *run.pool);
-      } else {
-        matmul_scalar(w.view, x.data(), c.n_tokens, y.data(), *run.pool);
-      }
+      matmul_on(run.isa, w.view, x.data(), c.n_tokens, y.data(), *run.pool, run.packed);
       int bad_tight = 0, bad_bound = 0;
       double worst = 0.0;
       for (size_t i = 0; i < y.size(); ++i) {
@@ -275,7 +288,7 @@ TEST(MatmulExtremes, NoSaturation) {
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ6_K}) {
     for (int pattern = 0; pattern < 4; ++pattern) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " pattern " + std::to_string(pattern));
-      const int64_t rows = 4;
+      const int64_t rows = 16;
       std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols / block_elems(t) * block_bytes(t)));
       const uint16_t one = f32_to_fp16(pattern & 1 ? -0.5f : 0.25f);
       for (size_t off = 0; off < bytes.size(); off += static_cast<size_t>(block_bytes(t))) {
@@ -296,11 +309,20 @@ TEST(MatmulExtremes, NoSaturation) {
       model::TensorView w{"extreme.weight", t, bytes.data(), rows, cols, bytes.size()};
       std::vector<float> x(static_cast<size_t>(cols), pattern & 2 ? -3.0f : 3.0f);
       std::vector<float> y(rows), y_ref(rows);
-      matmul(w, x.data(), 1, y.data(), pool);
       matmul_ref(w, x.data(), 1, y_ref.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        // x is constant, so rounding is exact up to the fp16 scale (2^-11 relative).
-        EXPECT_NEAR(y[r], y_ref[r], std::fabs(y_ref[r]) * 1e-3) << "row " << r;
+      OwnedPacked packed;
+      if (packable(w)) packed = pack_owned(w, pool);
+      for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+        if (!isa_supported(isa)) continue;
+        const PackedMatrix* with = packed.storage ? &packed.view : nullptr;
+        for (const PackedMatrix* pm : {static_cast<const PackedMatrix*>(nullptr), with}) {
+          matmul_on(isa, w, x.data(), 1, y.data(), pool, pm);
+          for (int64_t r = 0; r < rows; ++r) {
+            // x is constant, so rounding is exact up to the fp16 scale (2^-11 relative).
+            EXPECT_NEAR(y[r], y_ref[r], std::fabs(y_ref[r]) * 1e-3)
+                << isa_name(isa) << (pm ? "+packed" : "") << " row " << r;
+          }
+        }
       }
     }
   }
@@ -451,13 +473,73 @@ TEST(Matmul, SimdRoundingIsRoundActivations) {
   }
 }
 
-TEST(Matmul, ReportsIsa) {
+// The runtime dispatch: matmul runs the path isa.cc chose, which is the best one this CPU and
+// binary support unless GEM_CPU_ISA lowered it; every x86 build carries both SIMD paths.
+TEST(Matmul, DispatchChoosesTheBestSupportedPath) {
   const std::string_view isa = matmul_isa();
-  EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "neon" || isa == "scalar") << isa;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  EXPECT_NE(isa, "scalar");
+  EXPECT_EQ(isa, isa_name(active_isa()));
+  EXPECT_TRUE(isa_supported(active_isa()));
+  EXPECT_TRUE(isa_supported(Isa::kScalar));
+  const char* forced = std::getenv("GEM_CPU_ISA");
+  if (forced != nullptr && forced[0] != '\0') {
+    // The override (ctest's kernels_cpu_test_avx2 sets it): taken when this CPU has that path.
+    for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa_name(i) == forced && isa_supported(i)) {
+        EXPECT_EQ(active_isa(), i);
+      }
+    }
+  } else {
+    for (Isa better : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+      if (isa_supported(better)) {
+        EXPECT_EQ(active_isa(), better);
+        break;
+      }
+    }
+  }
+#if defined(__x86_64__)
+  EXPECT_FALSE(isa_supported(Isa::kNeon));
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    EXPECT_TRUE(isa_supported(Isa::kAvx512));
+  }
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_TRUE(isa_supported(Isa::kAvx2));
+  }
 #endif
-  std::printf("matmul ISA: %.*s\n", static_cast<int>(isa.size()), isa.data());
+  std::printf("matmul path: %s\n", isa_description().c_str());
+}
+
+// The packed layout is the file's bytes rearranged (packed.h): every quant byte and scale of
+// every row lands where the layout says, and nothing else is written.
+TEST(Packed, LayoutIsThePermutedFileBytes) {
+  std::mt19937_64 rng(base_seed() + 99);
+  ThreadPool pool(2);
+  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+    RandomWeights w = make_weights(t, 48, 3840, rng);
+    ASSERT_TRUE(packable(w.view));
+    const OwnedPacked p = pack_owned(w.view, pool);
+    const int64_t nb = 3840 / 32, qb = t == DType::kQ4_0 ? 16 : 32;
+    const int64_t bb = block_bytes(t);
+    EXPECT_EQ(packed_bytes(w.view), w.bytes.size());
+    int bad = 0;
+    for (int64_t r = 0; r < 48; ++r) {
+      const int64_t g = r / 16, lane = r % 16;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w.bytes.data() + r * nb * bb + b * bb;
+        uint16_t d;
+        std::memcpy(&d, blk, 2);
+        if (p.view.d[(g * nb + b) * 16 + lane] != d) ++bad;
+        for (int64_t i = 0; i < qb; ++i) {
+          const uint8_t got = p.view.qs[(g * nb + b) * p.view.group_block_bytes() + 64 * (i / 4) + 4 * lane + i % 4];
+          if (got != blk[2 + i]) ++bad;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << dtype_name(t);
+  }
+  RandomWeights odd = make_weights(DType::kQ4_0, 40, 256, rng);
+  EXPECT_FALSE(packable(odd.view));  // 40 rows: not whole groups, stays on the file's layout
+  RandomWeights q6 = make_weights(DType::kQ6_K, 32, 256, rng);
+  EXPECT_FALSE(packable(q6.view));
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ class CpuBackend final : public Backend {
   void set_tap(TapFn tap) { forward_.set_tap(std::move(tap)); }
 
   CpuBackendMemory memory() const {
-    return {kv_.bytes(), forward_.activations().bytes() + logits_.capacity() * sizeof(float)};
+    return {kv_.bytes(), forward_.activations().bytes() + logits_.capacity() * sizeof(float),
+            forward_.packed() != nullptr ? forward_.packed()->bytes() : 0};
   }
 
  private:

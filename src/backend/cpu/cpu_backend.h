@@ -1,6 +1,7 @@
 // The CPU backend: Backend (backend.h) over ForwardCpu and the KV cache. Two flavours chosen by
 // BackendOptions::reference: the plain scalar reference and the fast path (threads, SIMD
-// matmuls). The weights stay in the model's mapping; nothing is copied.
+// matmuls). The weights stay in the model's mapping; the fast path on x86 adds a packed copy of
+// the Q4_0/Q8_0 matrices at creation (packed.h; GEM_CPU_REPACK=0 leaves it out).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::Model& model,
 struct CpuBackendMemory {
   uint64_t kv_bytes = 0;       // K+V storage (= model::kv_cache_bytes)
   uint64_t scratch_bytes = 0;  // activations of one tile, attention scratch
+  uint64_t packed_bytes = 0;   // the packed weight copy (packed.h), 0 when none
 };
 CpuBackendMemory cpu_backend_memory(const Backend& backend);
 

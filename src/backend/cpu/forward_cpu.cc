@@ -12,6 +12,7 @@
 #include "backend/cpu/ops_fast.h"
 #include "backend/cpu/ops_ref.h"
 #include "base/check.h"
+#include "base/log.h"
 #include "base/timer.h"
 
 namespace gem::cpu {
@@ -54,6 +55,18 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
   if (const char* env = std::getenv("GEM_CPU_PROFILE"); env != nullptr && env[0] == '1') {
     profile_ = true;
   }
+  if (!reference_ && repack_enabled()) {
+    const double t0 = now_seconds();
+    packed_ = std::make_unique<PackedWeights>(model, pool);
+    if (packed_->count() == 0) {
+      packed_.reset();
+    } else {
+      GEM_LOG_INFO("cpu: %d Q4_0/Q8_0 matrices packed into 16-row interleaved blocks, %.2f GB "
+                   "besides the file mapping, %.1f s (GEM_CPU_REPACK=0: read the file's layout)",
+                   packed_->count(), static_cast<double>(packed_->bytes()) / 1e9,
+                   now_seconds() - t0);
+    }
+  }
   if (!reference_) {
     act_.attn_scratch.init(pool.size(), cfg_.n_heads, min_kv_heads, max_kv_heads, max_head_dim, max_keys);
   }
@@ -91,7 +104,7 @@ void ForwardCpu::print_profile(int n_tokens) {
 
 void ForwardCpu::linear(const model::TensorView& w, const float* x, int n_tokens, float* y) {
   if (!reference_) {
-    matmul(w, x, n_tokens, y, pool_);
+    matmul(w, x, n_tokens, y, pool_, packed_ ? packed_->find(w) : nullptr);
     return;
   }
   // Reference: matmul_ref over disjoint row ranges of w, one per thread (a parallel loop over

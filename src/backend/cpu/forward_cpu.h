@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/ops_fast.h"
+#include "backend/cpu/packed.h"
 #include "backend/cpu/thread_pool.h"
 #include "model/model.h"
 
@@ -52,6 +54,9 @@ class ForwardCpu {
                     int first_logit_row, float* logits);
 
   const Activations& activations() const { return act_; }
+  // The fast path's packed weight copy (packed.h), or null (reference, GEM_CPU_REPACK=0, no
+  // x86 SIMD path, or nothing packable).
+  const PackedWeights* packed() const { return packed_.get(); }
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
 
  private:
@@ -72,6 +77,7 @@ class ForwardCpu {
   bool reference_;
   ThreadPool& pool_;
   Activations act_;
+  std::unique_ptr<PackedWeights> packed_;
   std::vector<std::vector<double>> inv_freq_;  // [n_layers][head_dim/2] RoPE inverse frequencies
   TapFn tap_;
   bool profile_ = false;

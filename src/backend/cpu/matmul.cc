@@ -6,16 +6,14 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/simd_kernels.h"
 #include "base/check.h"
 #include "base/quant.h"
 #include "base/timer.h"
-
-#ifdef GEM_CPU_AVX2
-#include <immintrin.h>
-#endif
 
 namespace gem::cpu {
 namespace {
@@ -76,38 +74,6 @@ inline float quantize_block32(const float* x, int8_t* q) {
   return fp16_to_f32(f32_to_fp16(amax / 127.0f));
 }
 
-#ifdef GEM_CPU_AVX2
-// quantize_block32 eight lanes at a time: the same amax, the same products x·id and the same
-// nearest-even rounding (vcvtps2dq under the default rounding mode, as nearbyint), so the same
-// codes and scale, bit for bit (round_activations_simd is tested against round_activations).
-inline float quantize_block32_avx2(const float* x, int8_t* q) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 v[4];
-  for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
-  const __m256 m01 = _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask));
-  const __m256 m23 = _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask));
-  const __m256 m = _mm256_max_ps(m01, m23);
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const __m256 vid = _mm256_set1_ps(id);
-  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-  __m256i c[4];
-  for (int i = 0; i < 4; ++i) {
-    const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
-    c[i] = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
-  }
-  // packs interleave the 128-bit lanes: restore element order with one dword permutation.
-  const __m256i p8 =
-      _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256i ordered = _mm256_permutevar8x32_epi32(p8, order);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
-  return fp16_to_f32(f32_to_fp16(amax / 127.0f));
-}
-#endif
 
 // One 256-value block, as llama.cpp's quantize_row_q8_K_ref: m = the value of largest |x|,
 // q = nearest-even(x·(-127/m)) (at most 127), d = 1/(-127/m).
@@ -143,27 +109,63 @@ struct XBuffers {
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int16_t> bsums;
+  std::vector<int32_t> neg_corr;
   std::vector<detail::Q4PairX> pairs;
 };
 thread_local XBuffers t_xbuf;
 
-// simd: the fast path's vector rounding where built (same bits as the scalar one).
+// simd: the path's vector rounding of 32-value blocks, or null (same bits either way).
 void quantize_token(DType wt, const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bs,
-                    bool simd) {
+                    detail::QuantizeFn simd) {
   if (wt == DType::kQ6_K) {
     for (int64_t b = 0; b < cols / 256; ++b) {
       d[b] = quantize_block256(x + 256 * b, qs + 256 * b, bs + 16 * b);
     }
     return;
   }
-#ifdef GEM_CPU_AVX2
-  if (simd) {
-    for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32_avx2(x + 32 * b, qs + 32 * b);
+  if (simd != nullptr) {
+    simd(x, cols / 32, qs, d);
     return;
   }
-#endif
-  (void)simd;
   for (int64_t b = 0; b < cols / 32; ++b) d[b] = quantize_block32(x + 32 * b, qs + 32 * b);
+}
+
+// What one matmul runs: the tile on the file's layout or on the packed one, the activation
+// rounding, and which extra x records the tile reads.
+struct Kernels {
+  detail::TileFn tile = nullptr;
+  detail::PackedTileFn packed = nullptr;  // set: run on the PackedMatrix
+  detail::QuantizeFn quantize = nullptr;
+  bool pairs = false;                     // the AVX2 Q4_0 tile's Q4PairX records
+};
+
+// The one table from (path, weight type, packed copy available) to kernels.
+Kernels select_kernels(Isa isa, DType t, bool have_packed) {
+  Kernels k;
+  switch (isa) {
+#ifdef GEM_CPU_X86
+    case Isa::kAvx512:
+      k.packed = have_packed ? detail::avx512_packed_fn(t) : nullptr;
+      k.tile = detail::avx2_tile_fn(t);
+      k.quantize = detail::avx2_quantize_q8;
+      break;
+    case Isa::kAvx2:
+      k.packed = have_packed ? detail::avx2_packed_fn(t) : nullptr;
+      k.tile = detail::avx2_tile_fn(t);
+      k.quantize = detail::avx2_quantize_q8;
+      break;
+#endif
+#ifdef GEM_CPU_NEON
+    case Isa::kNeon:
+      k.tile = detail::neon_tile_fn(t);
+      break;
+#endif
+    default:
+      break;
+  }
+  if (k.tile == nullptr) k.tile = detail::scalar_tile_fn(t);
+  k.pairs = k.packed == nullptr && t == DType::kQ4_0 && (isa == Isa::kAvx2 || isa == Isa::kAvx512);
+  return k;
 }
 
 // One token's Q4_0 pair records (simd_kernels.h) from its rounded blocks.
@@ -183,7 +185,8 @@ void build_q4_pairs(const int8_t* qs, const float* d, int64_t n_blocks, detail::
   }
 }
 
-QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, ThreadPool& pool) {
+QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, ThreadPool& pool,
+                      const Kernels& kern) {
   QuantizedX q;
   q.cols = cols;
   if (wt == DType::kF32) {
@@ -198,24 +201,31 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
   if (buf.qs.size() < n * cols) buf.qs.resize(n * cols);
   if (buf.d.size() < n * q.n_blocks) buf.d.resize(n * q.n_blocks);
   if (buf.bsums.size() < n * (cols / 16)) buf.bsums.resize(n * (cols / 16));
-#ifdef GEM_CPU_AVX2
-  // Only the AVX2 Q4_0 tile reads the pair records.
-  const bool pairs = wt == DType::kQ4_0;
-#else
-  const bool pairs = false;
-#endif
+  const bool pairs = kern.pairs;
+  const bool corr = kern.packed != nullptr;
+  if (corr && buf.neg_corr.size() < n * q.n_blocks) buf.neg_corr.resize(n * q.n_blocks);
+  const int corr_shift = wt == DType::kQ4_0 ? 3 : 7;  // -8·Σq or -128·Σq (packed.h)
   const int64_t np = pairs ? (q.n_blocks + 1) / 2 : 0;
   if (buf.pairs.size() < n * np) buf.pairs.resize(n * np);
   int8_t* qs = buf.qs.data();
   float* d = buf.d.data();
   int16_t* bs = buf.bsums.data();
   detail::Q4PairX* pr = buf.pairs.data();
+  int32_t* nc = buf.neg_corr.data();
   const int64_t nb = q.n_blocks;
   auto rows = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       quantize_token(wt, x + t * cols, cols, qs + t * cols, d + t * nb, bs + t * (cols / 16),
-                     /*simd=*/true);
+                     kern.quantize);
       if (pairs) build_q4_pairs(qs + t * cols, d + t * nb, nb, pr + t * np);
+      if (corr) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const int8_t* qb = qs + t * cols + 32 * b;
+          int sum = 0;
+          for (int j = 0; j < 32; ++j) sum += qb[j];
+          nc[t * nb + b] = -(sum * (1 << corr_shift));
+        }
+      }
     }
   };
   // One token of a few thousand values takes a few microseconds: not worth waking the pool.
@@ -231,6 +241,7 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
     q.q4_pairs = pr;
     q.n_pairs = np;
   }
+  if (corr) q.neg_corr = nc;
   return q;
 }
 
@@ -330,36 +341,45 @@ constexpr int64_t kXChunkBytes = 1024 * 1024;
 constexpr int64_t kMaxChunkTokens = 128;
 
 void run_matmul(const model::TensorView& w, const float* x, int n_tokens, float* y,
-                ThreadPool& pool, TileFn tile) {
+                ThreadPool& pool, const Kernels& kern, const PackedMatrix* packed) {
   check_matmul_args(w, n_tokens);
   if (n_tokens == 0 || w.rows == 0) return;
   const double q0 = now_seconds();
-  const QuantizedX qx = quantize_x(w.type, x, w.cols, n_tokens, pool);
+  const QuantizedX qx = quantize_x(w.type, x, w.cols, n_tokens, pool, kern);
   g_quantize_ns.fetch_add(static_cast<int64_t>((now_seconds() - q0) * 1e9),
                           std::memory_order_relaxed);
   const int64_t rows = w.rows;
-  // Q4_0 under AVX2 reads the pair records (2 bytes per value) instead of qs.
+  // Bytes of rounded x a tile reads per token: the Q4PairX records are 2 per value.
   const int64_t x_bytes_per_token =
       w.type == DType::kF32 ? 4 * w.cols : (qx.q4_pairs != nullptr ? 2 * w.cols : w.cols);
   // A multiple of 4 tokens, so that every chunk but the last runs the tiles' full 4-token width.
   const int chunk = static_cast<int>(
       std::clamp<int64_t>(kXChunkBytes / std::max<int64_t>(1, x_bytes_per_token), 4,
                           kMaxChunkTokens) / 4 * 4);
+  // Rows [u·16, (u+1)·16) for u in [u0, u1): one packed group or 16 rows of the file's layout.
+  auto run_units = [&](int64_t u0, int64_t u1, int t0, int t1) {
+    if (kern.packed != nullptr) {
+      kern.packed(*packed, qx, u0, u1, t0, t1, y, rows);
+      return;
+    }
+    for (int64_t u = u0; u < u1; ++u) {
+      kern.tile(w, qx, u * kRowUnit, std::min(rows, (u + 1) * kRowUnit), t0, t1, y, rows);
+    }
+  };
+  static_assert(kRowUnit == kPackRows, "a work unit is one packed group");
   const int64_t n_units = (rows + kRowUnit - 1) / kRowUnit;
   if (n_units >= pool.size() || n_tokens < 2 * pool.size()) {
     // Split rows: every thread streams its own share of the weights once per token chunk.
     pool.parallel_for(n_units, [&](int64_t u0, int64_t u1, int) {
       for (int t0 = 0; t0 < n_tokens; t0 += chunk) {
         const int t1 = std::min(n_tokens, t0 + chunk);
-        for (int64_t u = u0; u < u1; ++u) {
-          tile(w, qx, u * kRowUnit, std::min(rows, (u + 1) * kRowUnit), t0, t1, y, rows);
-        }
+        for (int64_t u = u0; u < u1; ++u) run_units(u, u + 1, t0, t1);
       }
     });
   } else {
     // Few rows, many tokens: split the tokens instead.
     pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1, int) {
-      tile(w, qx, 0, rows, static_cast<int>(t0), static_cast<int>(t1), y, rows);
+      run_units(0, n_units, static_cast<int>(t0), static_cast<int>(t1));
     });
   }
 }
@@ -414,7 +434,7 @@ void get_row(const model::TensorView& w, int64_t row, float* out) {
 
 namespace {
 void round_activations_impl(DType weight_type, const float* x, int64_t cols, float* out,
-                            bool simd) {
+                            detail::QuantizeFn simd) {
   if (weight_type == DType::kF32) {
     std::memcpy(out, x, static_cast<size_t>(cols) * sizeof(float));
     return;
@@ -431,11 +451,12 @@ void round_activations_impl(DType weight_type, const float* x, int64_t cols, flo
 }  // namespace
 
 void round_activations(DType weight_type, const float* x, int64_t cols, float* out) {
-  round_activations_impl(weight_type, x, cols, out, /*simd=*/false);
+  round_activations_impl(weight_type, x, cols, out, nullptr);
 }
 
 void round_activations_simd(DType weight_type, const float* x, int64_t cols, float* out) {
-  round_activations_impl(weight_type, x, cols, out, /*simd=*/true);
+  round_activations_impl(weight_type, x, cols, out,
+                         select_kernels(active_isa(), weight_type, false).quantize);
 }
 
 double matmul_quantize_seconds(bool reset) {
@@ -446,30 +467,25 @@ double matmul_quantize_seconds(bool reset) {
   return static_cast<double>(g_quantize_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
 
-std::string_view matmul_isa() {
-#if defined(GEM_CPU_AVX2)
-  return detail::avx2_isa();
-#elif defined(GEM_CPU_NEON)
-  return "neon";
-#else
-  return "scalar";
-#endif
+std::string_view matmul_isa() { return isa_name(active_isa()); }
+
+void matmul_on(Isa isa, const model::TensorView& w, const float* x, int n_tokens, float* y,
+               ThreadPool& pool, const PackedMatrix* packed) {
+  GEM_CHECK(isa_supported(isa), "matmul: path %s is not supported on this CPU",
+            std::string(isa_name(isa)).c_str());
+  const bool have_packed = packed != nullptr && packed->type == w.type && packed->rows == w.rows &&
+                           packed->cols == w.cols;
+  run_matmul(w, x, n_tokens, y, pool, select_kernels(isa, w.type, have_packed), packed);
 }
 
 void matmul_scalar(const model::TensorView& w, const float* x, int n_tokens, float* y,
                    ThreadPool& pool) {
-  run_matmul(w, x, n_tokens, y, pool, detail::scalar_tile_fn(w.type));
+  matmul_on(Isa::kScalar, w, x, n_tokens, y, pool, nullptr);
 }
 
-void matmul(const model::TensorView& w, const float* x, int n_tokens, float* y, ThreadPool& pool) {
-  TileFn tile = nullptr;
-#if defined(GEM_CPU_AVX2)
-  tile = detail::avx2_tile_fn(w.type);
-#elif defined(GEM_CPU_NEON)
-  tile = detail::neon_tile_fn(w.type);
-#endif
-  if (tile == nullptr) tile = detail::scalar_tile_fn(w.type);
-  run_matmul(w, x, n_tokens, y, pool, tile);
+void matmul(const model::TensorView& w, const float* x, int n_tokens, float* y, ThreadPool& pool,
+            const PackedMatrix* packed) {
+  matmul_on(active_isa(), w, x, n_tokens, y, pool, packed);
 }
 
 }  // namespace gem::cpu

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "backend/cpu/isa.h"
+#include "backend/cpu/packed.h"
 #include "backend/cpu/thread_pool.h"
 #include "model/model.h"
 
@@ -31,7 +33,13 @@ namespace gem::cpu {
 // w: [rows, cols] (TensorView rows = out features, cols = in features).
 // x: [n_tokens, w.cols] row-major f32.   y: [n_tokens, w.rows] row-major f32 (overwritten).
 void matmul_ref(const model::TensorView& w, const float* x, int n_tokens, float* y);
-void matmul(const model::TensorView& w, const float* x, int n_tokens, float* y, ThreadPool& pool);
+// packed: w's copy in the 16-row layout (packed.h), or null; the x86 paths then run their
+// packed kernels for Q4_0/Q8_0 (same numerics: the same rounded x, exact integer block dots).
+void matmul(const model::TensorView& w, const float* x, int n_tokens, float* y, ThreadPool& pool,
+            const PackedMatrix* packed = nullptr);
+// matmul on a given path (isa.h; must be supported): the tests run every path the host has.
+void matmul_on(Isa isa, const model::TensorView& w, const float* x, int n_tokens, float* y,
+               ThreadPool& pool, const PackedMatrix* packed);
 
 // Row `row` of w dequantised into out[w.cols] (embedding lookup). Bit-exact: value = d·(q-8)
 // (Q4_0), d·q (Q8_0), d·sc·(q-32) (Q6_K) in f32; F32 rows are copied; F16/BF16 converted.
@@ -54,12 +62,11 @@ void round_activations_simd(DType weight_type, const float* x, int64_t cols, flo
 // reset; a profiling aid (forward_cpu's GEM_CPU_PROFILE). reset = true zeroes it and returns 0.
 double matmul_quantize_seconds(bool reset = false);
 
-// The instruction set matmul's kernels were compiled for: "avx512", "avx2", "neon" or "scalar".
+// The path matmul runs (isa.h's active_isa): "avx512", "avx2", "neon" or "scalar".
 std::string_view matmul_isa();
 
-// The portable path: same activation rounding and integer dot products as matmul, in plain
-// C++ with no SIMD intrinsics. matmul uses it where no SIMD kernel was compiled; exposed so the
-// tests run it on every machine.
+// The portable path (matmul_on(Isa::kScalar, ...)): same activation rounding and integer dot
+// products as matmul, in plain C++ with no SIMD intrinsics.
 void matmul_scalar(const model::TensorView& w, const float* x, int n_tokens, float* y,
                    ThreadPool& pool);
 

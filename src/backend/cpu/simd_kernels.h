@@ -1,13 +1,18 @@
 // Internal to the CPU matmul: the rounded-activation layout shared by every kernel, and the
-// per-ISA tile functions (matmul.cc: scalar; matmul_avx2.cc: AVX2/AVX-512; matmul_neon.cc).
+// per-ISA tile functions (matmul.cc: scalar; matmul_avx2.cc: AVX2; matmul_avx512.cc: AVX-512
+// VNNI; matmul_neon.cc). The x86 kernel files are compiled with their own target flags
+// (src/backend/cpu/CMakeLists.txt) and called only after isa.cc has checked CPUID, so they must
+// not define anything that other files call without that check: everything they define lives
+// in an anonymous namespace except the entry points declared here.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/cpu/packed.h"
 #include "model/model.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define GEM_CPU_AVX2 1
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define GEM_CPU_X86 1
 #endif
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define GEM_CPU_NEON 1
@@ -30,7 +35,9 @@ struct alignas(32) Q4PairX {
 
 // x after the fast path's rounding (see matmul.h), n_tokens rows of `cols`.
 //   F32 weights:        only xf is set.
-//   Q4_0/Q8_0 weights:  qs [n_tokens, cols] int8; d [n_tokens, cols/32] f32 (fp16-rounded).
+//   Q4_0/Q8_0 weights:  qs [n_tokens, cols] int8; d [n_tokens, cols/32] f32 (fp16-rounded);
+//                       neg_corr [n_tokens, cols/32] int32 = -8·Σq (Q4_0) or -128·Σq (Q8_0)
+//                       per block: the packed kernels' integer offset (packed.h).
 //   Q6_K weights:       qs [n_tokens, cols] int8; d [n_tokens, cols/256] f32;
 //                       bsums [n_tokens, cols/16] int16 (sum of qs over each 16-value group).
 struct QuantizedX {
@@ -40,8 +47,9 @@ struct QuantizedX {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
   const int16_t* bsums = nullptr;
-  // Q4_0 weights (built where GEM_CPU_AVX2): the same rounded x once more, as block-pair
-  // records for the AVX2 tile, [n_tokens][n_pairs] with n_pairs = ceil(n_blocks / 2).
+  const int32_t* neg_corr = nullptr;
+  // The AVX2 Q4_0 tile on the file's layout: the same rounded x once more, as block-pair
+  // records, [n_tokens][n_pairs] with n_pairs = ceil(n_blocks / 2).
   const Q4PairX* q4_pairs = nullptr;
   int64_t n_pairs = 0;
 };
@@ -49,11 +57,18 @@ struct QuantizedX {
 // y[t * ldy + r] = (W x_t)[r] for rows r in [r0, r1) and tokens t in [t0, t1).
 using TileFn = void (*)(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r1,
                         int t0, int t1, float* y, int64_t ldy);
+// The same over a packed matrix, rows [16·g0, 16·g1).
+using PackedTileFn = void (*)(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1,
+                              int t0, int t1, float* y, int64_t ldy);
+// One token's 32-value blocks rounded as quantize_block32 (matmul.cc) does, bit for bit.
+using QuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* q, float* d);
 
 TileFn scalar_tile_fn(DType t);  // never null for the supported types
-#ifdef GEM_CPU_AVX2
-TileFn avx2_tile_fn(DType t);  // AVX-512 kernels where the target has them, else AVX2
-const char* avx2_isa();
+#ifdef GEM_CPU_X86
+TileFn avx2_tile_fn(DType t);            // the file's layout (Q4_0 reads Q4PairX records)
+PackedTileFn avx2_packed_fn(DType t);    // Q4_0, Q8_0; else null
+void avx2_quantize_q8(const float* x, int64_t n_blocks, int8_t* q, float* d);
+PackedTileFn avx512_packed_fn(DType t);  // Q4_0, Q8_0; else null
 #endif
 #ifdef GEM_CPU_NEON
 TileFn neon_tile_fn(DType t);

@@ -1,0 +1,34 @@
+// Which SIMD kernels the CPU backend runs: chosen once per process from CPUID (the one place),
+// optionally lowered by GEM_CPU_ISA for benchmarking (`avx2` on an AVX-512 host, `scalar`
+// anywhere). Every kernel file is compiled for its own instruction set (per-file target flags),
+// so one binary carries all the x86 paths and runs the best one the host has.
+#pragma once
+
+#include <string_view>
+
+namespace gem::cpu {
+
+enum class Isa {
+  kScalar,   // plain C++ (the portable path)
+  kNeon,     // aarch64 NEON (+ dotprod where compiled)
+  kAvx2,     // AVX2 + FMA + F16C
+  kAvx512,   // AVX-512 F/BW/VL + VNNI (+ FMA, F16C)
+};
+
+// "scalar", "neon", "avx2", "avx512".
+std::string_view isa_name(Isa isa);
+
+// True when this binary has the kernels of `isa` and this CPU can run them.
+bool isa_supported(Isa isa);
+
+// The path matmul runs: the best supported one, or GEM_CPU_ISA=scalar|avx2|avx512|neon when
+// that one is supported (an unsupported or unknown value is reported once on stderr and
+// ignored). Read once, on the first call.
+Isa active_isa();
+
+// A one-line description for `gem inspect` / `gem bench -v`: the active path, what the CPU
+// reports, and the override if one is set, e.g. "avx512 (cpu: avx2 avx512f/bw/vl avx512vnni
+// avx512bf16)".
+std::string isa_description();
+
+}  // namespace gem::cpu

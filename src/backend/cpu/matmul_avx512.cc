@@ -1,0 +1,116 @@
+// AVX-512 (F/BW/VL + VNNI) matmul tiles over the 16-row interleaved layout (packed.h). Compiled
+// with AVX-512 target flags whatever the build's -march (CMakeLists.txt); called only when
+// isa.cc found the features (simd_kernels.h).
+//
+// One 64-byte load holds a 4-element slice of 16 rows; vpdpbusd multiplies its unsigned bytes
+// with the token's 4 signed activations broadcast to every lane and adds the 4 products into
+// the row's int32 lane, exactly. Q4_0: the unsigned nibbles (0..15) go in directly and the -8
+// offset is the block's exact correction -8·Σq, the accumulators' start value. Q8_0: the signed
+// weights are shifted to unsigned (w ^ 0x80 = w + 128) and the start value is -128·Σq. Each
+// block's integer sums are then scaled in f32: acc += float(isum) · (d_w[16 rows] · d_x).
+#include "backend/cpu/simd_kernels.h"
+
+#ifdef GEM_CPU_X86
+
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 headers self-initialise their "undefined" vectors (`__m512 __Y = __Y;`),
+// which -Wuninitialized reports at every inlined use (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
+#error "matmul_avx512.cc needs its AVX-512 VNNI target flags (src/backend/cpu/CMakeLists.txt)"
+#endif
+
+namespace gem::cpu::detail {
+namespace {
+
+inline __m512i bcast32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Rows of group g (16) against tokens t..t+T-1 over every block.
+template <bool kQ4, int T>
+inline void micro_packed(const PackedMatrix& w, const QuantizedX& x, int64_t g, int t, float* y,
+                         int64_t ldy) {
+  constexpr int kChunks = kQ4 ? 4 : 8;
+  const int64_t nb = x.n_blocks;
+  const uint8_t* wq = w.qs + g * nb * (kChunks * 64);
+  const uint16_t* wd = w.d + g * nb * kPackRows;
+  const int8_t* xq[T];
+  const float* xd[T];
+  const int32_t* xc[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.cols;
+    xd[j] = x.d + (t + j) * nb;
+    xc[j] = x.neg_corr + (t + j) * nb;
+  }
+  __m512 acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = wq + b * (kChunks * 64);
+    __m512i wv[8];  // the 8 unsigned 4-element slices of this block (x dword k pairs with wv[k])
+    if constexpr (kQ4) {
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * k);
+        wv[k] = _mm512_and_si512(v, m4);
+        wv[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+    } else {
+      for (int k = 0; k < 8; ++k) wv[k] = _mm512_xor_si512(_mm512_loadu_si512(p + 64 * k), bias);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wd + b * kPackRows)));
+    for (int j = 0; j < T; ++j) {
+      const int8_t* q = xq[j] + 32 * b;
+      __m512i s0 = _mm512_set1_epi32(xc[j][b]);
+      __m512i s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, wv[k], bcast32(q + 4 * k));
+        s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], bcast32(q + 4 * k + 4));
+      }
+      const __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+      acc[j] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(xd[j][b])), acc[j]);
+    }
+  }
+  for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + (t + j) * ldy + g * kPackRows, acc[j]);
+}
+
+// Token tiles of kT (the register budget: 8 weight slices, kT float accumulators and 2 int32
+// sums per token in flight), then the remainder.
+template <bool kQ4>
+void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0, int t1,
+                 float* y, int64_t ldy) {
+  constexpr int kT = 4;
+  for (int64_t g = g0; g < g1; ++g) {
+    int t = t0;
+    for (; t + kT <= t1; t += kT) micro_packed<kQ4, kT>(w, x, g, t, y, ldy);
+    switch (t1 - t) {
+      case 3: micro_packed<kQ4, 3>(w, x, g, t, y, ldy); break;
+      case 2: micro_packed<kQ4, 2>(w, x, g, t, y, ldy); break;
+      case 1: micro_packed<kQ4, 1>(w, x, g, t, y, ldy); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+PackedTileFn avx512_packed_fn(DType t) {
+  switch (t) {
+    case DType::kQ4_0: return packed_tile<true>;
+    case DType::kQ8_0: return packed_tile<false>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace gem::cpu::detail
+
+#endif  // GEM_CPU_X86
