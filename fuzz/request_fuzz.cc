@@ -2,7 +2,7 @@
 // parse_chat_request (validation) -> chat::render -> tokenize, exactly as a chat request takes it
 // (server/prepare.h). Any input must give tokens or a 4xx ApiError with a message, never a crash,
 // a hang or a sanitizer report. The tokenizer comes from a GGUF with Gemma 4's vocabulary named by
-// $GEM_FUZZ_VOCAB (fuzz/run_request.sh passes the tiny test model the normal build writes).
+// $GEM_FUZZ_VOCAB (fuzz/run_request.sh passes the vocabulary gem ships, data/gemma4-vocab.gguf).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +25,7 @@ const gem::Tokenizer& tokenizer() {
     const char* env = std::getenv("GEM_FUZZ_VOCAB");
     if (env == nullptr || *env == '\0') {
       std::fprintf(stderr, "request_fuzz: set GEM_FUZZ_VOCAB to a Gemma 4 GGUF (e.g. "
-                           "build/test-models/tiny-q4_0.gguf, written by the normal build)\n");
+                           "data/gemma4-vocab.gguf, the vocabulary gem ships)\n");
       std::abort();
     }
     const std::string path = env;

@@ -4,8 +4,7 @@
 # the OpenAI SDK's, the test suite's). Usage: fuzz/run_request.sh BUILD_DIR SECONDS
 # Exits non-zero on a crash, leak, timeout or sanitizer report; the input is left in
 # BUILD_DIR/fuzz/request_artifacts/. The final stats line gives the executions per second.
-# The tokenizer: $GEM_FUZZ_VOCAB, by default the tiny test model of the normal build
-# (build/test-models/tiny-q4_0.gguf, written by `make test`).
+# The tokenizer: $GEM_FUZZ_VOCAB, by default the vocabulary gem ships (data/gemma4-vocab.gguf).
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUILD_DIR SECONDS" >&2
@@ -19,9 +18,9 @@ if [[ ! -x $fuzzer ]]; then
   echo "fuzz/run_request.sh: $fuzzer not found; build with -DGEM_FUZZ=ON first" >&2
   exit 2
 fi
-export GEM_FUZZ_VOCAB=${GEM_FUZZ_VOCAB:-$here/../build/test-models/tiny-q4_0.gguf}
+export GEM_FUZZ_VOCAB=${GEM_FUZZ_VOCAB:-$here/../data/gemma4-vocab.gguf}
 if [[ ! -f $GEM_FUZZ_VOCAB ]]; then
-  echo "fuzz/run_request.sh: $GEM_FUZZ_VOCAB not found; run make test first or set GEM_FUZZ_VOCAB" >&2
+  echo "fuzz/run_request.sh: $GEM_FUZZ_VOCAB not found; set GEM_FUZZ_VOCAB to a Gemma 4 GGUF" >&2
   exit 2
 fi
 work=$build/fuzz/request_work  # grows across runs: what the fuzzer found interesting
