@@ -11,13 +11,15 @@
 #include "chat/grammar.h"
 
 namespace gem::chat {
+namespace {
+constexpr float kBanned = -std::numeric_limits<float>::infinity();
+}  // namespace
 
 Constraint make_tool_constraint(ToolChoice choice, const std::string& name, bool thinking,
                                 const Tokenizer& tokenizer) {
-  constexpr float kBanned = -std::numeric_limits<float>::infinity();
   if (choice == ToolChoice::kAuto) return {};
   if (choice == ToolChoice::kNone) {
-    return [kBanned](std::span<float> logits, std::span<const int32_t>) -> int32_t {
+    return [](std::span<float> logits, std::span<const int32_t>) -> int32_t {
       if (static_cast<size_t>(tok::kToolCallStart) < logits.size()) {
         logits[tok::kToolCallStart] = kBanned;
       }
@@ -38,8 +40,8 @@ Constraint make_tool_constraint(ToolChoice choice, const std::string& name, bool
   const bool named = choice == ToolChoice::kNamed;
   // The call's opening text, as text: a name that spells a control token stays its characters.
   if (named) tokenizer.encode_text(grammar::call_header(name), header_tokens);
-  return [state, header_tokens, named, thinking, kBanned](std::span<float> logits,
-                                                          std::span<const int32_t> gen) -> int32_t {
+  return [state, header_tokens, named, thinking](std::span<float> logits,
+                                                 std::span<const int32_t> gen) -> int32_t {
     State& s = *state;
     for (; s.seen < gen.size(); ++s.seen) {
       const int32_t t = gen[s.seen];
