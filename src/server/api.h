@@ -40,6 +40,7 @@ struct ChatRequest {
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_name;        // kNamed
   int max_tokens = -1;          // -1: until end of generation or the context is full
+  bool ignore_eos = false;      // llama-server's: generate through end-of-generation tokens
   std::vector<std::string> stop;
   SamplingParams sampling;
 };

@@ -603,6 +603,7 @@ bool Server::run_job(Job& job, http::Response& res) {
   greq.n_history = job.n_history;
   greq.sampling = cr.sampling;
   greq.max_tokens = cr.max_tokens;
+  greq.stop_at_eog = !cr.ignore_eos;
   if (!cr.tools.empty()) {
     greq.constraint = chat::make_tool_constraint(cr.tool_choice, cr.tool_name,
                                                  cr.enable_thinking, engine.tokenizer());
