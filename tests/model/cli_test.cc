@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/test_util.h"
+#include "model/model.h"
 
 namespace gem {
 namespace {
@@ -36,14 +37,17 @@ TEST(GemCli, SynthThenInspect) {
               "/data/gemma4-vocab.gguf -o " + path);
   ASSERT_EQ(s.rc, 0) << s.out;
   EXPECT_NE(s.out.find("86 tensors"), std::string::npos) << s.out;
-  CmdResult i = run_gem("inspect " + path + " -c 1000 --kv-type f16");
+  CmdResult i = run_gem("inspect " + path + " -c 1000 --kv-type f16 --parallel 3");
   ASSERT_EQ(i.rc, 0) << i.out;
   EXPECT_NE(i.out.find("profile test"), std::string::npos) << i.out;
   EXPECT_NE(i.out.find("layers 6 (5 sliding, 1 full)"), std::string::npos) << i.out;
   EXPECT_NE(i.out.find("F32      86 tensors"), std::string::npos) << i.out;
-  // tiny6 at 1000 tokens, F16: 5 sliding x 2 x 4 x 32 x 8 slots + 1 full x 2 x 2 x 64 x 1000, x 2 bytes.
-  const unsigned long long kv = 2ull * (5 * 2 * 4 * 32 * 8 + 2 * 2 * 64 * 1000);
+  // tiny6 at 1000 tokens, F16: 5 sliding x 2 x 4 x 32 x (8 + spare) ring slots + 1 full x 2 x 2
+  // x 64 x 1000, x 2 bytes; three sequence slots hold three caches.
+  const unsigned long long kv = 2ull * (5 * 2 * 4 * 32 * (8 + model::kRingSpare) + 2 * 2 * 64 * 1000);
   EXPECT_NE(i.out.find("at -c 1000: " + std::to_string(kv) + " B"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("at -c 1000 --parallel 3 (one cache per sequence slot): " + std::to_string(3 * kv) + " B"),
+            std::string::npos) << i.out;
 }
 
 TEST(GemCli, InspectRejectsTheAssistantWithTheReason) {

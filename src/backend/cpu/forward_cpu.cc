@@ -33,7 +33,9 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
     max_kv_heads = std::max(max_kv_heads, p.n_kv_heads);
     min_kv_heads = std::min(min_kv_heads, p.n_kv_heads);
     // Keys one query can face: the cached ones (ring or 0..n_ctx) plus the tile's own.
-    max_keys = std::max(max_keys, (p.kind == model::AttnKind::kSliding ? p.window : n_ctx) + n_tile);
+    max_keys = std::max(max_keys, (p.kind == model::AttnKind::kSliding ? model::kv_ring_slots(p.window)
+                                                                        : n_ctx) +
+                                       n_tile);
     // Full layers: proportional RoPE through rope_freqs (1e30 = a pair that does not rotate).
     const float* freq_factors = p.kind == model::AttnKind::kFull && model.weights.rope_freqs.present()
                                     ? model.weights.rope_freqs.f32()
@@ -143,6 +145,21 @@ void ForwardCpu::norm(const float* x, const float* w, int64_t n_rows, int n_cols
 
 void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvCache& kv,
                               int first_logit_row, float* logits) {
+  const SeqRun run{&kv, pos0, 0, n_tokens};
+  int rows[1] = {first_logit_row};
+  std::vector<int> many;
+  std::span<const int> logit_rows;
+  if (first_logit_row == n_tokens - 1) {
+    logit_rows = rows;
+  } else if (first_logit_row < n_tokens) {
+    for (int r = first_logit_row; r < n_tokens; ++r) many.push_back(r);
+    logit_rows = many;
+  }
+  forward_rows(tokens, n_tokens, {&run, 1}, logit_rows, logits);
+}
+
+void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<const SeqRun> runs,
+                              std::span<const int> logit_rows, float* logits) {
   GEM_CHECK(n_tokens > 0 && n_tokens <= n_tile_, "tile of %d tokens, n_tile %d", n_tokens, n_tile_);
   const int n_embd = cfg_.n_embd;
   float* x = act_.x.data();
@@ -152,7 +169,14 @@ void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvC
     lap_start_ = now_seconds();
     matmul_quantize_seconds(/*reset=*/true);
   }
-  for (int t = 0; t < n_tokens; ++t) act_.pos[t] = pos0 + t;
+  int covered = 0;
+  for (const SeqRun& r : runs) {
+    GEM_CHECK(r.row0 == covered && r.n > 0, "run at row %d of %d rows, expected row %d", r.row0,
+              r.n, covered);
+    for (int t = 0; t < r.n; ++t) act_.pos[r.row0 + t] = r.pos0 + t;
+    covered += r.n;
+  }
+  GEM_CHECK(covered == n_tokens, "runs cover %d of %d rows", covered, n_tokens);
 
   // Embedding: the token_embd row times sqrtf(n_embd), in f32 as llama.cpp does.
   const float embd_scale = std::sqrt(static_cast<float>(n_embd));
@@ -164,18 +188,29 @@ void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvC
   tap(-1, "embd", x, n_tokens, n_embd);
   lap("embd");
 
-  for (int layer = 0; layer < cfg_.n_layers; ++layer) forward_layer(layer, n_tokens, pos0, kv);
+  for (int layer = 0; layer < cfg_.n_layers; ++layer) forward_layer(layer, n_tokens, runs);
 
   // Head: final norm and the tied token_embd, only for the rows whose logits are wanted (it is
   // the largest matmul of the model).
-  const int n_rows = n_tokens - first_logit_row;
-  if (n_rows <= 0) {
+  const int n_rows = static_cast<int>(logit_rows.size());
+  if (n_rows == 0) {
     if (profile_tile) print_profile(n_tokens);
     return;
   }
   float* h = act_.h.data();
-  norm(x + static_cast<int64_t>(first_logit_row) * n_embd, model_.weights.output_norm.f32(), n_rows,
-       n_embd, h);
+  // The wanted rows are contiguous in the common cases (the last row; every row from one on).
+  const bool contiguous = logit_rows.back() - logit_rows.front() == n_rows - 1;
+  if (contiguous) {
+    norm(x + static_cast<int64_t>(logit_rows.front()) * n_embd, model_.weights.output_norm.f32(),
+         n_rows, n_embd, h);
+  } else {
+    for (int i = 0; i < n_rows; ++i) {
+      GEM_CHECK(logit_rows[i] >= 0 && logit_rows[i] < n_tokens && (i == 0 || logit_rows[i] > logit_rows[i - 1]),
+                "logit rows must ascend within the tile");
+      norm(x + static_cast<int64_t>(logit_rows[i]) * n_embd, model_.weights.output_norm.f32(), 1,
+           n_embd, h + static_cast<int64_t>(i) * n_embd);
+    }
+  }
   tap(-1, "result_norm", h, n_rows, n_embd);
   linear(model_.weights.token_embd, h, n_rows, logits);
   if (cfg_.final_logit_softcap > 0.0f) {
@@ -193,7 +228,7 @@ void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvC
   if (profile_tile) print_profile(n_tokens);
 }
 
-void ForwardCpu::forward_layer(int layer, int n_tokens, int pos0, KvCache& kv) {
+void ForwardCpu::forward_layer(int layer, int n_tokens, std::span<const SeqRun> runs) {
   // This layer's facts and weights.
   const model::LayerPlan& p = model_.plan[layer];
   const model::LayerWeights& w = model_.weights.layers[layer];
@@ -239,33 +274,36 @@ void ForwardCpu::forward_layer(int layer, int n_tokens, int pos0, KvCache& kv) {
   rope_neox(k, n, p.n_kv_heads, head_dim, pos, inv_freq_[layer].data());
   tap(layer, "q_rope", q, n_tokens, q_width);
   lap("rope");
-  const KvCache::Layer& cache = kv.layer(layer);
-  if (cache.f16) {
+  if (runs.front().kv->layer(layer).f16) {
     // The tile attends to its own K/V as the cache will hand them back later, so a tiled prompt
     // and token-by-token decoding see the same values.
     round_to_f16(k, n * kv_width);
     round_to_f16(v, n * kv_width);
   }
   lap("round_f16");
-  // Keys: the cached positions < pos0 (read before this tile overwrites any ring slot), then the
-  // tile's own, [n, n_kv_heads, head_dim].
-  KvSegment tile_kv;
-  tile_kv.k = k;
-  tile_kv.v = v;
-  tile_kv.head_stride = head_dim;
-  tile_kv.slot_stride = kv_width;
-  tile_kv.pos_base = pos0;
-  tile_kv.n_slots = n_tokens;
-  const KvSegment segments[2] = {kv.segment(layer, pos0), tile_kv};
-  if (reference_) {
-    attention(q, pos, n_tokens, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f, segments, attn);
-  } else {
-    attention_fast(q, pos, n_tokens, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f, segments,
-                   attn, pool_, act_.attn_scratch);
+  // Each run in order: keys are its sequence's cached positions < pos0 (read before the run
+  // overwrites any ring slot), then the run's own, [n, n_kv_heads, head_dim].
+  for (const SeqRun& r : runs) {
+    const int64_t o = r.row0;
+    KvSegment run_kv;
+    run_kv.k = k + o * kv_width;
+    run_kv.v = v + o * kv_width;
+    run_kv.head_stride = head_dim;
+    run_kv.slot_stride = kv_width;
+    run_kv.pos_base = r.pos0;
+    run_kv.n_slots = r.n;
+    const KvSegment segments[2] = {r.kv->segment(layer, r.pos0), run_kv};
+    if (reference_) {
+      attention(q + o * q_width, pos + o, r.n, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f,
+                segments, attn + o * q_width);
+    } else {
+      attention_fast(q + o * q_width, pos + o, r.n, p.n_heads, p.n_kv_heads, head_dim, p.window,
+                     1.0f, segments, attn + o * q_width, pool_, act_.attn_scratch);
+    }
+    lap(p.kind == model::AttnKind::kSliding ? "attn_sliding" : "attn_full");
+    r.kv->write(layer, r.pos0, r.n, k + o * kv_width, v + o * kv_width);
+    lap("kv_write");
   }
-  lap(p.kind == model::AttnKind::kSliding ? "attn_sliding" : "attn_full");
-  kv.write(layer, pos0, n_tokens, k, v);
-  lap("kv_write");
   linear(w.attn_output, attn, n_tokens, proj);
   lap("attn_output");
   norm(proj, w.post_attention_norm.f32(), n, n_embd, proj);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -41,6 +42,14 @@ struct Activations {
 using TapFn = std::function<void(int layer, std::string_view name, const float* data,
                                  int n_tokens, int width)>;
 
+// Rows [row0, row0 + n) of a tile that continue one sequence's cache `kv` at positions pos0...
+struct SeqRun {
+  KvCache* kv = nullptr;
+  int pos0 = 0;
+  int row0 = 0;
+  int n = 0;
+};
+
 class ForwardCpu {
  public:
   // pool runs the parallel loops of both flavours (the reference uses it only over matrix rows).
@@ -52,6 +61,12 @@ class ForwardCpu {
   // first_logit_row == n_tokens.
   void forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvCache& kv,
                     int first_logit_row, float* logits);
+  // The batched form: tokens[0..n_tokens) are the rows of `runs` (which cover them in order, each
+  // over its own sequence's cache); every run attends to its cache and its own rows, runs of one
+  // cache see the earlier ones' K/V. Logits of the rows in logit_rows (ascending) into logits
+  // ([logit_rows.size(), n_vocab]).
+  void forward_rows(const int32_t* tokens, int n_tokens, std::span<const SeqRun> runs,
+                    std::span<const int> logit_rows, float* logits);
 
   const Activations& activations() const { return act_; }
   // The fast path's packed weight copy (packed.h), or null (reference, GEM_CPU_REPACK=0, no
@@ -60,7 +75,7 @@ class ForwardCpu {
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
 
  private:
-  void forward_layer(int layer, int n_tokens, int pos0, KvCache& kv);
+  void forward_layer(int layer, int n_tokens, std::span<const SeqRun> runs);
   // The ops, dispatched to the reference or the fast flavour.
   void linear(const model::TensorView& w, const float* x, int n_tokens, float* y);
   void norm(const float* x, const float* w, int64_t n_rows, int n_cols, float* y);
