@@ -269,6 +269,54 @@ TEST(CudaBackend, CheckpointRestoreIsExact) {
   expect_rows_close(p.gpu->logits(), got, "fresh vs restored", 1e-5, 0.0);
 }
 
+// Truncating a rejected draft tail leaves no trace: two backends that verified the same right
+// tokens followed by different wrong ones continue bit-identically after truncation, past the
+// ring (the spare slots keep the keys the window needs), through batched verification and
+// single-token decode alike.
+TEST(CudaBackend, TruncateLeavesNoTrace) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  Pair a = make_pair(path, model::KvType::kF16, 512, 16);
+  Pair b = make_pair(path, model::KvType::kF16, 512, 16);
+  ASSERT_TRUE(a.gpu && b.gpu);
+  const auto prompt = prompt_tokens("long");
+  for (Pair* p : {&a, &b}) ASSERT_TRUE(p->gpu->eval(std::span(prompt).first(50), false).ok());
+  int n_past = 50;
+  for (int accept : {3, 0, 7, 2}) {
+    std::vector<float> rows[2];
+    int k = 0;
+    for (Pair* p : {&a, &b}) {
+      std::vector<BatchRow> batch;
+      for (int i = 0; i < 8; ++i) {
+        const int32_t tok = i < accept ? prompt[n_past + i] : (prompt[n_past + i] + 11 + 7 * k + i) % 4096;
+        batch.push_back({0, n_past + i, tok, i + 1 == accept});
+      }
+      ASSERT_TRUE(p->gpu->eval_batch(batch).ok());
+      if (accept > 0) rows[k].assign(p->gpu->batch_logits(0).begin(), p->gpu->batch_logits(0).end());
+      ASSERT_TRUE(p->gpu->slot_truncate(0, n_past + accept).ok());
+      EXPECT_EQ(p->gpu->n_past(), n_past + accept);
+      ++k;
+    }
+    EXPECT_EQ(rows[0], rows[1]) << "accepted rows, accept " << accept;
+    n_past += accept;
+    // The bonus token, one decode step.
+    std::vector<float> next[2];
+    k = 0;
+    for (Pair* p : {&a, &b}) {
+      ASSERT_TRUE(p->gpu->eval(std::span(prompt).subspan(n_past, 1), false).ok());
+      next[k].assign(p->gpu->logits().begin(), p->gpu->logits().end());
+      ++k;
+    }
+    ASSERT_EQ(next[0], next[1]) << "after accepting " << accept;
+    ++n_past;
+  }
+  EXPECT_FALSE(a.gpu->slot_truncate(0, n_past - model::kRingSpare - 1).ok());
+  EXPECT_EQ(a.gpu->n_past(), n_past);
+  EXPECT_FALSE(a.gpu->slot_truncate(0, n_past + 1).ok());
+  EXPECT_FALSE(a.gpu->slot_truncate(1, 0).ok());
+}
+
 // A checkpoint whose journal cannot be allocated (forced by the tuning's test hook) loses the
 // cache, not correctness: restore() empties it, and an engine over that backend serves every
 // request, the second one starting cold with the same tokens as the first.

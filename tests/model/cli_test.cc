@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/test_util.h"
@@ -69,6 +70,25 @@ TEST(GemCli, BenchShortDecodeFitsItsContext) {
   CmdResult b = run_gem("bench -m " + path + " -p 0 -n 2 -r 1 --backend cpu -t 1");
   ASSERT_EQ(b.rc, 0) << b.out;
   EXPECT_NE(b.out.find("| tg2 |"), std::string::npos) << b.out;
+}
+
+// The batched mode reports llama-batched-bench's columns, one row per sequence count, with the
+// token counts it ran (N_KV = B·(PP+TG)); it refuses a depth.
+TEST(GemCli, BenchBatchedModeRunsEverySequenceCount) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::fixture("tiny6-f32.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  CmdResult b = run_gem("bench -m " + path + " -p 12 -n 3 --parallel 1,3 --backend cpu -t 1 -o json");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const auto j = nlohmann::json::parse(b.out.substr(b.out.find('[')));
+  ASSERT_EQ(j.size(), 2u) << b.out;
+  EXPECT_EQ(j[0]["pl"], 1);
+  EXPECT_EQ(j[1]["pl"], 3);
+  EXPECT_EQ(j[1]["n_kv"], 3 * (12 + 3));
+  EXPECT_GT(j[1]["speed_tg"].get<double>(), 0.0);
+  CmdResult d = run_gem("bench -m " + path + " -p 12 -n 3 -d 5 --parallel 2 --backend cpu");
+  EXPECT_NE(d.rc, 0);
+  EXPECT_NE(d.out.find("--parallel takes one -p and one -n value and no depth"), std::string::npos) << d.out;
 }
 
 TEST(GemCli, SynthWithAMissingVocabularyFails) {

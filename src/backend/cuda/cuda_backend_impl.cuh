@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
     n_past_ = 0;
     ckpt_lost_ = false;
   }
+  Status slot_truncate(int slot, int n_past) override;
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
 

@@ -119,6 +119,10 @@ Status CudaBackend::init() {
   if (opt_.n_ctx <= 0 || opt_.n_tile <= 0) {
     return errorf("cuda: n_ctx (%d) and n_tile (%d) must be positive", opt_.n_ctx, opt_.n_tile);
   }
+  if (opt_.n_slots != 1) {
+    return errorf("cuda: %d sequence slots asked for; the CUDA backend holds one sequence so far "
+                  "(--parallel 1)", opt_.n_slots);
+  }
   T_ = std::min(opt_.n_tile, opt_.n_ctx);
   const int E = cfg_.n_embd, H = cfg_.n_heads, F = cfg_.n_ff, V = cfg_.n_vocab;
   Timer timer;
@@ -133,7 +137,8 @@ Status CudaBackend::init() {
     DevLayer& L = layers_[i];
     const int D = p.head_dim;
     L.ring = p.kind == model::AttnKind::kSliding && p.window > 0;
-    L.n_slots = L.ring ? p.window : opt_.n_ctx;
+    // Rings hold the window and model::kRingSpare more slots: slot_truncate's rollback.
+    L.n_slots = L.ring ? model::kv_ring_slots(p.window) : opt_.n_ctx;
     L.kv_f16 = opt_.kv_type == model::KvType::kF16 ||
                (opt_.kv_type == model::KvType::kF16Full && !L.ring);
     const size_t kv_bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * D * (L.kv_f16 ? 2 : 4);
@@ -527,6 +532,27 @@ void CudaBackend::checkpoint() {
     GEM_CUDA_CHECK(cudaMemcpyAsync(v, L.v_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// The kernels find a key's slot from its position and read only positions below the query's,
+// so forgetting a tail is setting n_past back; the ring's spare slots keep the keys the window
+// still needs (writing position q overwrote only position q − n_slots).
+Status CudaBackend::slot_truncate(int slot, int n_past) {
+  if (slot != 0) return errorf("cuda truncate: slot %d outside [0, 1)", slot);
+  if (n_past < 0 || n_past > n_past_) {
+    return errorf("cuda truncate: to %d positions, expected 0..%d (n_past)", n_past, n_past_);
+  }
+  bool has_ring = false;
+  for (const DevLayer& L : layers_) has_ring = has_ring || L.ring;
+  if (n_past_ - n_past > model::kRingSpare && has_ring) {
+    return errorf("cuda truncate: by %d positions, at most %d (the sliding rings' spare slots); "
+                  "restore a checkpoint or reset instead",
+                  n_past_ - n_past, model::kRingSpare);
+  }
+  n_past_ = n_past;
+  logits_rows_ = 0;
+  logits_pending_ = false;
+  return ok_status();
 }
 
 void CudaBackend::restore() {
