@@ -9,6 +9,7 @@
 #include "backend/cpu/forward_cpu.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/profile.h"
 
 namespace gem::cpu {
 namespace {
@@ -108,6 +109,19 @@ class CpuBackend final : public Backend {
     n_past_ = 0;
     has_checkpoint_ = false;
     n_logit_rows_ = 0;
+  }
+
+  Status set_stage_profiler(StageProfiler* profiler) override {
+    if (profiler != nullptr) {
+      if (profiler->timing() != "auto") {
+        return errorf("cpu backend: stage timing '%s' is not one of its ways (auto: the steady "
+                      "clock at every stage boundary)", profiler->timing().c_str());
+      }
+      profiler->set_method(std::string(name()) +
+                           ": steady clock at each stage boundary (the thread pool joins there)");
+    }
+    forward_.set_profiler(profiler);
+    return ok_status();
   }
 
   void set_tap(TapFn tap) { forward_.set_tap(std::move(tap)); }
