@@ -165,6 +165,7 @@ class CudaBackend final : public Backend {
   bool prof_graph_broken_ = false;  // a profiled graph failed to build: eager from then on
   bool prof_capturing_ = false;
   bool prof_failed_ = false;        // a record node of the capture in progress failed
+  cudaGraphNode_t prof_prev_node_ = nullptr;  // graph-side: the last record node captured
   std::vector<cudaEvent_t> prof_events_;
   std::vector<std::pair<Stage, int>> prof_marks_;  // the marks of the tile being enqueued
   std::vector<cudaGraphExec_t> prof_graphs_;

@@ -701,13 +701,21 @@ void CudaBackend::prof_record(cudaEvent_t event) {
   cudaGraphNode_t node = nullptr;
   if (err == cudaSuccess && status == cudaStreamCaptureStatusActive) {
     // A record node's incoming edges are plain ones whatever the edge data of the stream's
-    // next node would have been: it fires once the kernels before it have completed.
-    err = cudaGraphAddEventRecordNode(&node, graph, deps, n_deps, event);
+    // next node would have been: it fires once the kernels before it have completed. It also
+    // follows the previous record node, so the events are recorded in the order of the marks
+    // (a chain of their own beside the kernels').
+    std::vector<cudaGraphNode_t> after(deps, deps + n_deps);
+    if (prof_prev_node_ && std::find(after.begin(), after.end(), prof_prev_node_) == after.end()) {
+      after.push_back(prof_prev_node_);
+    }
+    err = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), event);
   }
   if (err != cudaSuccess || status != cudaStreamCaptureStatusActive) {
     cudaGetLastError();  // not a launch error for the next GEM_CUDA_LAUNCHED
     prof_failed_ = true;
+    return;
   }
+  prof_prev_node_ = node;
 }
 
 void CudaBackend::prof_mark(Stage stage, int layer) {
@@ -731,6 +739,7 @@ void CudaBackend::prof_decode() {
     if (!prof_graphs_[k]) {
       cudaGraph_t graph = nullptr;
       prof_failed_ = false;
+      prof_prev_node_ = nullptr;
       prof_capturing_ = true;
       GEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       forward_tile(1, true);
