@@ -20,6 +20,7 @@ namespace gem {
 enum class BackendKind { kCpu, kCuda };
 
 struct SamplingParams;  // sampler/sampler.h (only referenced here: backend does not depend on it)
+class StageProfiler;    // backend/profile.h
 
 struct BackendOptions {
   int n_ctx = 4096;                              // positions the cache holds
@@ -101,6 +102,15 @@ class Backend {
     (void)history;
     (void)coin;
     return std::nullopt;
+  }
+
+  // Stage profiling (`gem profile`, backend/profile.h): while `profiler` is set, every eval adds
+  // the time of each stage of its forward to it; null turns profiling off, and the backend then
+  // runs exactly the work it runs without profiling. An error when the backend cannot time its
+  // stages, or not in the way profiler->timing() asks.
+  virtual Status set_stage_profiler(StageProfiler* profiler) {
+    if (profiler == nullptr) return ok_status();
+    return Status::error("backend " + std::string(name()) + " cannot time its stages");
   }
 
  protected:

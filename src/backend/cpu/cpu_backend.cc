@@ -10,6 +10,7 @@
 #include "backend/cpu/forward_cpu.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/profile.h"
 
 namespace gem::cpu {
 namespace {
@@ -202,6 +203,19 @@ class CpuBackend final : public Backend {
     d.kv->copy_from(*slots_[src].kv, slots_[src].n_past);
     d.n_past = slots_[src].n_past;
     d.has_checkpoint = false;
+    return ok_status();
+  }
+
+  Status set_stage_profiler(StageProfiler* profiler) override {
+    if (profiler != nullptr) {
+      if (profiler->timing() != "auto") {
+        return errorf("cpu backend: stage timing '%s' is not one of its ways (auto: the steady "
+                      "clock at every stage boundary)", profiler->timing().c_str());
+      }
+      profiler->set_method(std::string(name()) +
+                           ": steady clock at each stage boundary (the thread pool joins there)");
+    }
+    forward_.set_profiler(profiler);
     return ok_status();
   }
 

@@ -55,7 +55,7 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
   act_.up.resize(t * cfg_.n_ff);
   act_.pos.resize(t);
   if (const char* env = std::getenv("GEM_CPU_PROFILE"); env != nullptr && env[0] == '1') {
-    profile_ = true;
+    env_profiler_ = std::make_unique<StageProfiler>();
   }
   if (!reference_ && repack_enabled()) {
     const double t0 = now_seconds();
@@ -78,30 +78,29 @@ void ForwardCpu::tap(int layer, std::string_view name, const float* data, int n_
   if (tap_) tap_(layer, name, data, n_tokens, width);
 }
 
-void ForwardCpu::lap(std::string_view name) {
-  if (!profiling_) return;
+void ForwardCpu::stage_end(Stage s, int layer) {
   const double now = now_seconds();
-  auto it = std::find_if(profile_seconds_.begin(), profile_seconds_.end(),
-                         [&](const auto& e) { return e.first == name; });
-  if (it == profile_seconds_.end()) {
-    profile_seconds_.emplace_back(name, 0.0);
-    it = profile_seconds_.end() - 1;
-  }
-  it->second += now - lap_start_;
-  lap_start_ = now;
+  tile_profiler_->add(s, layer, now - stage_start_);
+  stage_start_ = now;
 }
 
 void ForwardCpu::print_profile(int n_tokens) {
+  double seconds[kStageCount] = {};
   double total = 0.0;
-  for (const auto& e : profile_seconds_) total += e.second;
+  for (const StageProfiler::Record& r : env_profiler_->records()) {
+    seconds[static_cast<int>(r.stage)] += r.seconds;
+    total += r.seconds;
+  }
+  env_profiler_->clear();
   const double quantize = matmul_quantize_seconds();
   std::fprintf(stderr, "profile: tile of %d tokens, %.3f s (quantize_x in matmul %.3f s)\n",
                n_tokens, total, quantize);
-  for (const auto& e : profile_seconds_) {
-    std::fprintf(stderr, "profile: %-14.*s %8.3f s %5.1f%%\n", static_cast<int>(e.first.size()),
-                 e.first.data(), e.second, total > 0.0 ? 100.0 * e.second / total : 0.0);
+  for (int i = 0; i < kStageCount; ++i) {
+    if (seconds[i] == 0.0) continue;
+    const std::string_view name = stage_name(static_cast<Stage>(i));
+    std::fprintf(stderr, "profile: %-14.*s %8.3f s %5.1f%%\n", static_cast<int>(name.size()),
+                 name.data(), seconds[i], total > 0.0 ? 100.0 * seconds[i] / total : 0.0);
   }
-  profile_seconds_.clear();
 }
 
 void ForwardCpu::linear(const model::TensorView& w, const float* x, int n_tokens, float* y) {
@@ -163,12 +162,10 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
   GEM_CHECK(n_tokens > 0 && n_tokens <= n_tile_, "tile of %d tokens, n_tile %d", n_tokens, n_tile_);
   const int n_embd = cfg_.n_embd;
   float* x = act_.x.data();
-  const bool profile_tile = profile_ && n_tokens >= 2;
-  profiling_ = profile_tile;
-  if (profile_tile) {
-    lap_start_ = now_seconds();
-    matmul_quantize_seconds(/*reset=*/true);
-  }
+  const bool print_tile = profiler_ == nullptr && env_profiler_ && n_tokens >= 2;
+  tile_profiler_ = profiler_ != nullptr ? profiler_ : print_tile ? env_profiler_.get() : nullptr;
+  if (tile_profiler_ != nullptr) stage_start_ = now_seconds();
+  if (print_tile) matmul_quantize_seconds(/*reset=*/true);
   int covered = 0;
   for (const SeqRun& r : runs) {
     GEM_CHECK(r.row0 == covered && r.n > 0, "run at row %d of %d rows, expected row %d", r.row0,
@@ -186,7 +183,7 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
     for (int i = 0; i < n_embd; ++i) xt[i] *= embd_scale;
   }
   tap(-1, "embd", x, n_tokens, n_embd);
-  lap("embd");
+  stage(Stage::kEmbed, -1);
 
   for (int layer = 0; layer < cfg_.n_layers; ++layer) forward_layer(layer, n_tokens, runs);
 
@@ -194,7 +191,7 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
   // the largest matmul of the model).
   const int n_rows = static_cast<int>(logit_rows.size());
   if (n_rows == 0) {
-    if (profile_tile) print_profile(n_tokens);
+    if (print_tile) print_profile(n_tokens);
     return;
   }
   float* h = act_.h.data();
@@ -224,8 +221,8 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
       });
     }
   }
-  lap("head");
-  if (profile_tile) print_profile(n_tokens);
+  stage(Stage::kHead, -1);
+  if (print_tile) print_profile(n_tokens);
 }
 
 void ForwardCpu::forward_layer(int layer, int n_tokens, std::span<const SeqRun> runs) {
@@ -254,33 +251,31 @@ void ForwardCpu::forward_layer(int layer, int n_tokens, std::span<const SeqRun> 
   // Attention block.
   norm(x, w.attn_norm.f32(), n, n_embd, h);
   tap(layer, "attn_norm", h, n_tokens, n_embd);
-  lap("norms+add");
+  stage(Stage::kNorm, layer);
   linear(w.attn_q, h, n_tokens, q);
-  lap("attn_q");
   linear(w.attn_k, h, n_tokens, k);
-  lap("attn_k/v");
   if (p.v_from_k) {
     // Full layers: V is the raw K projection, forked before the K norm and RoPE.
     std::memcpy(v, k, sizeof(float) * n * kv_width);
   } else {
     linear(w.attn_v, h, n_tokens, v);
   }
-  lap("attn_k/v");
+  stage(Stage::kQkv, layer);
   norm(q, w.attn_q_norm.f32(), n * p.n_heads, head_dim, q);
   norm(k, w.attn_k_norm.f32(), n * p.n_kv_heads, head_dim, k);
   norm(v, nullptr, n * p.n_kv_heads, head_dim, v);  // V norm without weight, every layer
-  lap("norms+add");
+  stage(Stage::kNorm, layer);
   rope_neox(q, n, p.n_heads, head_dim, pos, inv_freq_[layer].data());
   rope_neox(k, n, p.n_kv_heads, head_dim, pos, inv_freq_[layer].data());
   tap(layer, "q_rope", q, n_tokens, q_width);
-  lap("rope");
+  stage(Stage::kRope, layer);
   if (runs.front().kv->layer(layer).f16) {
     // The tile attends to its own K/V as the cache will hand them back later, so a tiled prompt
     // and token-by-token decoding see the same values.
     round_to_f16(k, n * kv_width);
     round_to_f16(v, n * kv_width);
   }
-  lap("round_f16");
+  stage(Stage::kKvWrite, layer);
   // Each run in order: keys are its sequence's cached positions < pos0 (read before the run
   // overwrites any ring slot), then the run's own, [n, n_kv_heads, head_dim].
   for (const SeqRun& r : runs) {
@@ -300,37 +295,40 @@ void ForwardCpu::forward_layer(int layer, int n_tokens, std::span<const SeqRun> 
       attention_fast(q + o * q_width, pos + o, r.n, p.n_heads, p.n_kv_heads, head_dim, p.window,
                      1.0f, segments, attn + o * q_width, pool_, act_.attn_scratch);
     }
-    lap(p.kind == model::AttnKind::kSliding ? "attn_sliding" : "attn_full");
+    stage(Stage::kAttention, layer);
     r.kv->write(layer, r.pos0, r.n, k + o * kv_width, v + o * kv_width);
-    lap("kv_write");
+    stage(Stage::kKvWrite, layer);
   }
   linear(w.attn_output, attn, n_tokens, proj);
-  lap("attn_output");
+  stage(Stage::kAttnOut, layer);
   norm(proj, w.post_attention_norm.f32(), n, n_embd, proj);
+  stage(Stage::kNorm, layer);
   add(x, proj, n * n_embd);
   tap(layer, "attn_out", x, n_tokens, n_embd);
+  stage(Stage::kEpilogue, layer);
 
   // Feed-forward block.
   norm(x, w.ffn_norm.f32(), n, n_embd, h);
-  lap("norms+add");
+  stage(Stage::kNorm, layer);
   linear(w.ffn_gate, h, n_tokens, gate);
   linear(w.ffn_up, h, n_tokens, up);
-  lap("ffn_gate/up");
+  stage(Stage::kFfnGateUp, layer);
   if (reference_) {
     gelu_tanh_mul(gate, up, n * n_ff);
   } else {
     gelu_tanh_mul_fast(gate, up, n * n_ff, pool_);
   }
-  lap("gelu");
+  stage(Stage::kGelu, layer);
   linear(w.ffn_down, gate, n_tokens, proj);
-  lap("ffn_down");
+  stage(Stage::kFfnDown, layer);
   norm(proj, w.post_ffw_norm.f32(), n, n_embd, proj);
   tap(layer, "ffn_out", proj, n_tokens, n_embd);
+  stage(Stage::kNorm, layer);
   add(x, proj, n * n_embd);
   // layer_output_scale multiplies the whole residual stream, not only the branch.
   scale(x, n * n_embd, w.layer_output_scale.f32()[0]);
   tap(layer, "out", x, n_tokens, n_embd);
-  lap("norms+add");
+  stage(Stage::kEpilogue, layer);
 }
 
 }  // namespace gem::cpu

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/tuning.h"
+#include "backend/profile.h"
 #include "backend/cuda/types.cuh"
 #include "base/status.h"
 #include "model/model.h"
@@ -75,6 +76,7 @@ class CudaBackend final : public Backend {
   Status slot_truncate(int slot, int n_past) override;
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
+  Status set_stage_profiler(StageProfiler* profiler) override;
 
  private:
   void* dev_alloc(size_t bytes);
@@ -91,6 +93,15 @@ class CudaBackend final : public Backend {
   int64_t decode_keys(const DevLayer& L) const;
   int decode_bucket(int pos) const;
   void head_row(int row);
+  // Stage profiling (gem profile): a stage boundary. Off (no profiler), nothing: the decode
+  // graphs are captured with it off, so production runs exactly the launches it ran before.
+  void mark(Stage stage, int layer) {
+    if (profiler_ != nullptr) prof_mark(stage, layer);
+  }
+  void prof_mark(Stage stage, int layer);
+  void prof_record(cudaEvent_t event);
+  void prof_decode();
+  void prof_collect();
 
   const model::Model& model_;
   const model::Config& cfg_;
@@ -145,6 +156,22 @@ class CudaBackend final : public Backend {
   std::vector<float> logits_host_;  // [rows, V]
   int logits_rows_ = 0;
   bool logits_pending_ = false;     // last row still only on the device
+
+  // Stage profiling. Events: [0] before the step's upload, [1] at the forward's start, then one
+  // per mark. A decode step replays its own graph per bucket, captured with the marks (as record
+  // nodes beside the chain of kernels, or in it); prompt tiles record eagerly between launches.
+  enum class ProfTiming { kGraphSide, kGraphInline, kEager };
+  StageProfiler* profiler_ = nullptr;
+  ProfTiming prof_timing_ = ProfTiming::kGraphSide;
+  bool prof_graph_broken_ = false;  // a profiled graph failed to build: eager from then on
+  bool prof_capturing_ = false;
+  bool prof_failed_ = false;        // a record node of the capture in progress failed
+  cudaGraphNode_t prof_prev_node_ = nullptr;  // graph-side: the last record node captured
+  std::vector<cudaEvent_t> prof_events_;
+  std::vector<std::pair<Stage, int>> prof_marks_;  // the marks of the tile being enqueued
+  std::vector<cudaGraphExec_t> prof_graphs_;
+  std::vector<std::vector<std::pair<Stage, int>>> prof_graph_marks_;
+  const std::vector<std::pair<Stage, int>>* prof_step_marks_ = nullptr;  // this step's
 
   // Checkpoint: copies of every ring layer's K/V at the checkpoint.
   std::vector<std::pair<void*, void*>> ring_saved_;
