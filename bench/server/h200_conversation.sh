@@ -23,10 +23,12 @@ if [ -d .device/llama.cpp ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
    cmake --build /tmp/llama-build -j10 --target llama-server >/tmp/llama-build.log 2>&1) &
   llama_pid=$!
 fi
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
-  -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
-  cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
-GEM=build-dev/bin/gem
+if [ -z "${GEM:-}" ]; then  # GEM=path: a gem built already (bench/cuda/h200_batched.sh)
+  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
+    -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
+    cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
+  GEM=build-dev/bin/gem
+fi
 
 serve_and_talk() {  # label, then the server command
   local label=$1; shift

@@ -193,6 +193,45 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
+// Short evals (2..64 tokens: the n-token products, matmul_n, and the head of every row at once)
+// after a cached prefix: every row within the type tolerance of the CPU reference and of
+// token-by-token decoding on the GPU, on Q4_0 (tensor-core and dp4a products), F32 and the Q6_K
+// head; the greedy token of each row equal to decoding's unless the two are a near-tie.
+TEST(CudaBackend, ShortEvalsMatchDecodeAndCpu) {
+  REQUIRE_GPU();
+  for (const char* name : kModels) {
+    const std::string path = test::fixture(name);
+    GEM_REQUIRE_FIXTURE(path);
+    Pair p = make_pair(path, model::KvType::kF16, 256, 128);
+    ASSERT_TRUE(p.gpu && p.cpu);
+    const auto tokens = prompt_tokens("long");
+    const int prefix = 40;
+    ASSERT_GE(tokens.size(), static_cast<size_t>(prefix + 64));
+    const std::vector<int32_t> all(tokens.begin(), tokens.begin() + prefix + 64);
+    ASSERT_TRUE(p.cpu->eval(all, true).ok());
+    std::vector<std::vector<float>> want, decoded;
+    for (int r = 0; r < prefix + 64; ++r) {
+      want.emplace_back(p.cpu->logits(r).begin(), p.cpu->logits(r).end());
+    }
+    ASSERT_TRUE(p.gpu->eval(std::span(all).first(prefix), false).ok());
+    p.gpu->checkpoint();
+    for (int r = prefix; r < prefix + 64; ++r) {
+      ASSERT_TRUE(p.gpu->eval(std::span(all).subspan(r, 1), false).ok());
+      decoded.emplace_back(p.gpu->logits().begin(), p.gpu->logits().end());
+    }
+    for (int n : {2, 3, 4, 5, 8, 13, 16, 32, 64}) {
+      p.gpu->restore();
+      ASSERT_TRUE(p.gpu->eval(std::span(all).subspan(prefix, n), true).ok());
+      for (int r = 0; r < n; ++r) {
+        const std::string what = std::string(name) + " n " + std::to_string(n) + " row " + std::to_string(r);
+        expect_rows_close(p.gpu->logits(r), want[prefix + r], what + " vs cpu");
+        expect_rows_close(p.gpu->logits(r), decoded[r], what + " vs decode");
+      }
+      EXPECT_EQ(p.gpu->n_past(), prefix + n);
+    }
+  }
+}
+
 // The 110-token prompt decoded token by token on a backend made with the given tuning matches
 // the one-tile prompt at every position, twice (the captured graphs are reused after reset()).
 void decode_matches_one_tile(const cuda::CudaTuning& tuning) {

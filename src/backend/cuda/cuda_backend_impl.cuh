@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
   Status upload_f32(const model::TensorView& t, const float** out);
   void forward_tile(int n, bool want_head);
   void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
+  void layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
   void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
   void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
   void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
@@ -93,6 +94,7 @@ class CudaBackend final : public Backend {
   int64_t decode_keys(const DevLayer& L) const;
   int decode_bucket(int pos) const;
   void head_row(int row);
+  void head_rows(int n);  // rows 0..n-1 into logits_dev_ [n, V] (n ≤ matmul_n_max())
   // Stage profiling (gem profile): a stage boundary. Off (no profiler), nothing: the decode
   // graphs are captured with it off, so production runs exactly the launches it ran before.
   void mark(Stage stage, int layer) {
@@ -141,7 +143,7 @@ class CudaBackend final : public Backend {
   int n_sm_ = 132;
   __half* x16_ = nullptr;         // [T, max cols]
   __half* w16_ = nullptr;         // [max rows·cols] dequantised weights for cuBLAS
-  float* logits_dev_ = nullptr;   // [V]
+  float* logits_dev_ = nullptr;   // [min(T, matmul_n_max()), V]
   float* sample_scratch_ = nullptr;
   int32_t* sample_out_dev_ = nullptr;
   int32_t* hist_dev_ = nullptr;   // [256]

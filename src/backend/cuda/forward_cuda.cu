@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/matmul_n.cuh"
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/ops.cuh"
@@ -211,7 +212,8 @@ Status CudaBackend::init() {
   }
   x16_ = static_cast<__half*>(dev_alloc(T * max_cols * sizeof(__half)));
   w16_ = static_cast<__half*>(dev_alloc(w16_max * sizeof(__half)));
-  logits_dev_ = f(V);
+  // The head of a short eval (matmul_n: every row at once) writes all its rows.
+  logits_dev_ = f(static_cast<size_t>(V) * std::min(T_, cuda::matmul_n_max()));
   sample_scratch_ = f(cuda::argmax_scratch_floats(V));
   sample_out_dev_ = static_cast<int32_t*>(dev_alloc(sizeof(int32_t)));
   hist_dev_ = static_cast<int32_t*>(dev_alloc(256 * sizeof(int32_t)));
@@ -312,6 +314,63 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   mark(Stage::kEpilogue, p.layer);
 }
 
+// A short eval (2 ≤ n ≤ matmul_n_max(): a speculative verification, a short follow-up) as the
+// decode step does it, with every product reading its weights once for all n rows (matmul_n)
+// instead of dequantising them for cuBLAS, and attention as a short prompt tile does it.
+void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
+  const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim, H = p.n_heads;
+  const float eps = cfg_.rms_eps;
+  const cuda::CudaTuning& t = tuning_;
+  const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
+  // h_ and its q8 copy hq_ hold the normed rows (the previous layer's epilogue made both).
+  cuda::matmul_n(L.qkv, h_, hq_, n, qkv_, 0.0f, stream_, t);
+  mark(Stage::kQkv, p.layer);
+  cuda::qkv_prologue(qkv_, n, H, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
+                     L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
+  mark(Stage::kRope, p.layer);
+  // The rows attend to the cache and to their own K/V; stored after (a ring may overwrite slots
+  // the rows still read).
+  cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
+                   p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
+  cuda::attention(a, stream_, t);
+  mark(Stage::kAttention, p.layer);
+  cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
+                 L.v_cache, stream_);
+  mark(Stage::kKvWrite, p.layer);
+  if (cuda::matmul_n_reads_q8(L.wo, n)) cuda::quantize_q8(att_, n, H * D, attq_, stream_);
+  cuda::matmul_n(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kAttnOut, p.layer);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t);
+  mark(Stage::kEpilogue, p.layer);
+  const bool q_ffn = L.gate.type == L.up.type &&
+                     (L.gate.type == WType::kQ4_0 || L.gate.type == WType::kQ8_0);
+  if (q_ffn) {
+    cuda::matmul_n_gated(L.gate, L.up, h_, hq_, n, g_, stream_, t);
+    mark(Stage::kFfnGateUp, p.layer);
+  } else {
+    // Other weight types (F32, mixed): row by row into gu's [n, 2F] gate|up rows.
+    for (int r = 0; r < n; ++r) {
+      const Q8Act hr{hq_.q + static_cast<int64_t>(r) * E, hq_.ds + static_cast<int64_t>(r) * E / 32};
+      float* gur = gu_ + static_cast<int64_t>(r) * 2 * F;
+      cuda::matvec(L.gate, h_ + static_cast<int64_t>(r) * E, hr, 1, gur, 0.0f, stream_, t);
+      cuda::matvec(L.up, h_ + static_cast<int64_t>(r) * E, hr, 1, gur + F, 0.0f, stream_, t);
+    }
+    mark(Stage::kFfnGateUp, p.layer);
+    cuda::gelu_mul(gu_, n, F, g_, stream_);
+    mark(Stage::kGelu, p.layer);
+  }
+  if (cuda::matmul_n_reads_q8(L.down, n)) {
+    cuda::quantize_q8(g_, n, F, gq_, stream_);
+    mark(Stage::kGelu, p.layer);
+  }
+  cuda::matmul_n(L.down, g_, gq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kFfnDown, p.layer);
+  const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
+  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_, hq_,
+                            stream_, t);
+  mark(Stage::kEpilogue, p.layer);
+}
+
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
   const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim, H = p.n_heads;
   const float eps = cfg_.rms_eps;
@@ -369,6 +428,10 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   mark(Stage::kEpilogue, p.layer);
 }
 
+void CudaBackend::head_rows(int n) {
+  cuda::matmul_n(embd_, h_, hq_, n, logits_dev_, cfg_.final_logit_softcap, stream_, tuning_);
+}
+
 void CudaBackend::head_row(int row) {
   const int E = cfg_.n_embd;
   Q8Act hq{hq_.q + static_cast<int64_t>(row) * E, hq_.ds + static_cast<int64_t>(row) * E / 32};
@@ -408,13 +471,16 @@ void CudaBackend::forward_tile(int n, bool want_head) {
                                    (tuning_.pdl == cuda::PdlMode::kPrefill && n > 1)));
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   mark(Stage::kEmbed, -1);
-  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
+  const bool small = n > 1 && n <= cuda::matmul_n_max();
+  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 || small ? hq_ : Q8Act{},
                  stream_, tuning_);
   mark(Stage::kNorm, 0);
   for (int i = 0; i < cfg_.n_layers; ++i) {
     const bool last = i + 1 == cfg_.n_layers;
     if (n == 1) {
       layer_decode(model_.plan[i], layers_[i], last);
+    } else if (small) {
+      layer_small(model_.plan[i], layers_[i], n, last);
     } else {
       layer_prefill(model_.plan[i], layers_[i], n, last);
     }
@@ -475,7 +541,13 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
       forward_tile(n, last_tile && !all_logits);
       prof_step_marks_ = &prof_marks_;
     }
-    if (all_logits) {
+    if (all_logits && n > 1 && n <= cuda::matmul_n_max()) {
+      head_rows(n);
+      mark(Stage::kHead, -1);
+      GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * cfg_.n_vocab,
+                                     logits_dev_, static_cast<size_t>(n) * cfg_.n_vocab * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_));
+    } else if (all_logits) {
       for (int t = 0; t < n; ++t) {
         if (n > 1) head_row(t);
         GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done + t) * cfg_.n_vocab,
