@@ -28,9 +28,9 @@ build)
       cuda_profile_test >>"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" "$OUT/build.log" | head; exit 1; }
   log "built"
   for t in matmul_n_test cuda_profile_test; do
-    (cd $B && timeout 150 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
+    (cd $B && timeout 60 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
   done
-  (cd $B && timeout 200 ./tests/cuda/cuda_backend_test \
+  (cd $B && timeout 120 ./tests/cuda/cuda_backend_test \
     --gtest_filter='*ShortEvals*:*Truncate*:*TokenByToken*:*Checkpoint*:*GreedyDecode*:*PromptLogits*:*Cancel*' 2>&1 |
     grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which|vs " | head -60) | tee -a "$OUT/batched.txt"
   ;;
