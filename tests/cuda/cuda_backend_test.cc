@@ -356,6 +356,104 @@ TEST(CudaBackend, TruncateLeavesNoTrace) {
   EXPECT_FALSE(a.gpu->slot_truncate(1, 0).ok());
 }
 
+// Sequence slots on the GPU: four sequences at depths 10..70 with their prompts interleaved in
+// batches (runs of several slots per tile), then decode-shaped batches (one row per slot) and a
+// verify-shaped one (runs of two slots): every row within the type tolerance of the CPU
+// reference doing each sequence alone. A fork and a per-slot checkpoint are exact: a forked slot
+// and its source, or a restored slot and a fork taken at its checkpoint, give bit-identical rows
+// for the same tokens in one batch.
+TEST(CudaBackend, SequenceSlotsMatchOneSequenceEach) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  const int S = 4;
+  auto m = model::load_model(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  BackendOptions o;
+  o.n_ctx = 160;
+  o.kv_type = model::KvType::kF16;
+  o.n_tile = 96;  // prompt tiles through the cuBLAS path, decode batches through matmul_n
+  o.n_slots = S + 2;
+  auto made = make_cuda_backend(**m, o);
+  ASSERT_TRUE(made.ok()) << made.message();
+  Backend& gpu = **made;
+  const auto base = prompt_tokens("long");
+  std::vector<std::vector<int32_t>> seq(S);
+  std::vector<std::vector<std::vector<float>>> want(S);
+  std::vector<int> len(S);
+  for (int s = 0; s < S; ++s) {
+    len[s] = 10 + 20 * s;
+    for (int i = 0; i < len[s] + 12; ++i) seq[s].push_back(base[(7 * s + i) % base.size()]);
+    BackendOptions oc = o;
+    oc.n_slots = 1;
+    oc.reference = true;
+    auto cpu = cpu::make_cpu_backend(**m, oc);
+    ASSERT_TRUE(cpu.ok()) << cpu.message();
+    ASSERT_TRUE((*cpu)->eval(seq[s], true).ok());
+    for (size_t r = 0; r < seq[s].size(); ++r) {
+      want[s].emplace_back((*cpu)->logits(static_cast<int>(r)).begin(), (*cpu)->logits(static_cast<int>(r)).end());
+    }
+  }
+  std::vector<BatchRow> rows;
+  std::vector<int> done(S, 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (int s = 0; s < S; ++s) {
+      for (int i = 0; i < 5 && done[s] < len[s]; ++i, ++done[s]) {
+        rows.push_back({s, done[s], seq[s][done[s]], done[s] == len[s] - 1});
+      }
+      more = more || done[s] < len[s];
+    }
+  }
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  for (int s = 0; s < S; ++s) {
+    EXPECT_EQ(gpu.slot_n_past(s), len[s]);
+    expect_rows_close(gpu.batch_logits(s), want[s][len[s] - 1], "prompt end, slot " + std::to_string(s));
+  }
+  for (int step = 0; step < 4; ++step) {
+    rows.clear();
+    for (int s : {2, 0, 3, 1}) {
+      const int p = gpu.slot_n_past(s);
+      rows.push_back({s, p, seq[s][p], true});
+    }
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    for (int i = 0; i < S; ++i) {
+      expect_rows_close(gpu.batch_logits(i), want[rows[i].slot][rows[i].pos],
+                        "step " + std::to_string(step) + " slot " + std::to_string(rows[i].slot));
+    }
+  }
+  rows.clear();
+  const int p1 = gpu.slot_n_past(1), p3 = gpu.slot_n_past(3);
+  for (int i = 0; i < 5; ++i) {
+    rows.push_back({1, p1 + i, seq[1][p1 + i], true});
+    if (i < 3) rows.push_back({3, p3 + i, seq[3][p3 + i], true});
+  }
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    expect_rows_close(gpu.batch_logits(static_cast<int>(i)), want[rows[i].slot][rows[i].pos],
+                      "verify row " + std::to_string(i));
+  }
+
+  // Fork slot 3 into slot 4; checkpoint slot 3, wander past the ring, restore.
+  ASSERT_TRUE(gpu.slot_fork(3, 4).ok());
+  EXPECT_EQ(gpu.slot_n_past(4), gpu.slot_n_past(3));
+  gpu.slot_checkpoint(3);
+  rows.clear();
+  const int p = gpu.slot_n_past(3);
+  for (int i = 0; i < 60; ++i) rows.push_back({3, p + i, base[(i * 5) % base.size()], false});
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  gpu.slot_restore(3);
+  EXPECT_EQ(gpu.slot_n_past(3), p);
+  for (int i = 0; i < 6; ++i) {
+    rows = {{3, p + i, base[i], true}, {4, p + i, base[i], true}};
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    const auto a = gpu.batch_logits(0), b = gpu.batch_logits(1);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "row " << i;
+  }
+  EXPECT_FALSE(gpu.eval_batch(std::vector<BatchRow>{{S + 2, 0, 1, false}}).ok());
+}
+
 // A checkpoint whose journal cannot be allocated (forced by the tuning's test hook) loses the
 // cache, not correctness: restore() empties it, and an engine over that backend serves every
 // request, the second one starting cold with the same tokens as the first.

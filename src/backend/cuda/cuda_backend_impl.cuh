@@ -37,11 +37,12 @@ struct DevLayer {
   const float* post_ffw_norm = nullptr;
   const float* out_scale = nullptr;
   const double* inv_freq = nullptr;  // [D/2]
-  void* k_cache = nullptr;           // [n_kv, n_slots, D] f32 or f16
+  void* k_cache = nullptr;           // [sequence slots][n_kv, n_slots, D] f32 or f16
   void* v_cache = nullptr;
   bool kv_f16 = false;
   bool ring = false;
   int n_slots = 0;
+  size_t slot_bytes = 0;             // K (and V) bytes of one sequence slot: slot s at s·slot_bytes
   int n_splits_decode = 1;
   // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
   // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
@@ -63,17 +64,22 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   const BackendOptions& options() const override { return opt_; }
-  int n_past() const override { return n_past_; }
+  int n_past() const override { return past_[0]; }
+  int slot_n_past(int slot) const override { return past_.at(slot); }
   Status eval(std::span<const int32_t> tokens, bool all_logits,
               const TileCallback& on_tile) override;
   std::span<const float> logits(int row) override;
-  void checkpoint() override;
-  void restore() override;
-  void reset() override {
-    n_past_ = 0;
-    ckpt_lost_ = false;
-  }
+  void checkpoint() override { slot_checkpoint(0); }
+  void restore() override { slot_restore(0); }
+  void reset() override { slot_reset(0); }
+  // Sequence slots (batch_cuda.cu): each slot's K/V lies in its own part of every layer's cache.
+  Status eval_batch(std::span<const BatchRow> rows) override;
+  std::span<const float> batch_logits(int i) override;
+  void slot_checkpoint(int slot) override;
+  void slot_restore(int slot) override;
+  void slot_reset(int slot) override;
   Status slot_truncate(int slot, int n_past) override;
+  Status slot_fork(int src, int dst) override;
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
   Status set_stage_profiler(StageProfiler* profiler) override;
@@ -85,6 +91,17 @@ class CudaBackend final : public Backend {
   void forward_tile(int n, bool want_head);
   void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
   void layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  // eval_batch's forward (batch_cuda.cu): the products over all n rows, RoPE, attention and the
+  // K/V store per run of one slot's consecutive rows (runs_, their positions in run_sp_dev_).
+  void forward_runs(int n);
+  void layer_runs(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  void ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last, bool small);
+  void* k_of(const DevLayer& L, int slot) const {
+    return static_cast<char*>(L.k_cache) + static_cast<size_t>(slot) * L.slot_bytes;
+  }
+  void* v_of(const DevLayer& L, int slot) const {
+    return static_cast<char*>(L.v_cache) + static_cast<size_t>(slot) * L.slot_bytes;
+  }
   void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
   void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
   void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
@@ -109,7 +126,7 @@ class CudaBackend final : public Backend {
   const model::Config& cfg_;
   BackendOptions opt_;
   const cuda::CudaTuning tuning_;
-  int n_past_ = 0;
+  std::vector<int> past_;  // per slot: positions held (n_past)
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -175,10 +192,28 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<std::pair<Stage, int>>> prof_graph_marks_;
   const std::vector<std::pair<Stage, int>>* prof_step_marks_ = nullptr;  // this step's
 
-  // Checkpoint: copies of every ring layer's K/V at the checkpoint.
-  std::vector<std::pair<void*, void*>> ring_saved_;
-  int ckpt_n_past_ = -1;
-  bool ckpt_lost_ = false;  // the last checkpoint's journal could not be allocated
+  // Per slot, the checkpoint: copies of every ring layer's K/V (slot 0's rings at index i of
+  // saved, allocated at the first checkpoint), the n_past it was taken at (-1 = none), and
+  // whether its journal could not be allocated.
+  struct Checkpoint {
+    std::vector<std::pair<void*, void*>> saved;
+    int n_past = -1;
+    bool lost = false;
+  };
+  std::vector<Checkpoint> ckpt_;
+
+  // eval_batch: the tile's runs, their StepParams (pinned mirror), the logit rows kept.
+  struct Run {
+    int slot = 0;
+    int pos0 = 0;
+    int row0 = 0;
+    int n = 0;
+  };
+  std::vector<Run> runs_;
+  cuda::StepParams* run_sp_dev_ = nullptr;   // [T]
+  cuda::StepParams* run_sp_host_ = nullptr;  // [T] pinned
+  std::vector<int> batch_ends_;
+  int batch_rows_ = 0;  // logit rows of the last eval_batch, in logits_host_
 };
 
 // Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are

@@ -43,11 +43,14 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocs_) cudaFree(p);
-  for (auto& [k, v] : ring_saved_) {
-    cudaFree(k);
-    cudaFree(v);
+  for (Checkpoint& c : ckpt_) {
+    for (auto& [k, v] : c.saved) {
+      cudaFree(k);
+      cudaFree(v);
+    }
   }
   if (step_host_) cudaFreeHost(step_host_);
+  if (run_sp_host_) cudaFreeHost(run_sp_host_);
   if (pinned_small_) cudaFreeHost(pinned_small_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -125,10 +128,11 @@ Status CudaBackend::init() {
   if (opt_.n_ctx <= 0 || opt_.n_tile <= 0) {
     return errorf("cuda: n_ctx (%d) and n_tile (%d) must be positive", opt_.n_ctx, opt_.n_tile);
   }
-  if (opt_.n_slots != 1) {
-    return errorf("cuda: %d sequence slots asked for; the CUDA backend holds one sequence so far "
-                  "(--parallel 1)", opt_.n_slots);
+  if (opt_.n_slots < 1) {
+    return errorf("cuda: %d sequence slots, expected at least 1 (-np/--parallel)", opt_.n_slots);
   }
+  past_.assign(opt_.n_slots, 0);
+  ckpt_.resize(opt_.n_slots);
   T_ = std::min(opt_.n_tile, opt_.n_ctx);
   const int E = cfg_.n_embd, H = cfg_.n_heads, F = cfg_.n_ff, V = cfg_.n_vocab;
   Timer timer;
@@ -147,7 +151,8 @@ Status CudaBackend::init() {
     L.n_slots = L.ring ? model::kv_ring_slots(p.window) : opt_.n_ctx;
     L.kv_f16 = opt_.kv_type == model::KvType::kF16 ||
                (opt_.kv_type == model::KvType::kF16Full && !L.ring);
-    const size_t kv_bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * D * (L.kv_f16 ? 2 : 4);
+    L.slot_bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * D * (L.kv_f16 ? 2 : 4);
+    const size_t kv_bytes = L.slot_bytes * opt_.n_slots;
     L.k_cache = dev_alloc(kv_bytes);
     L.v_cache = dev_alloc(kv_bytes);
     if (!L.k_cache || !L.v_cache) {
@@ -182,6 +187,7 @@ Status CudaBackend::init() {
     return a;
   };
   step_dev_ = static_cast<int32_t*>(dev_alloc((1 + T) * sizeof(int32_t)));
+  run_sp_dev_ = static_cast<cuda::StepParams*>(dev_alloc(T * sizeof(cuda::StepParams)));
   x_ = f(T * E);
   h_ = f(T * E);
   hq_ = q8(E);
@@ -224,10 +230,12 @@ Status CudaBackend::init() {
     return errorf("cuda: out of device memory for scratch buffers (tile %d)", T_);
   }
   GEM_CUDA_CHECK(cudaMallocHost(&step_host_, (1 + T) * sizeof(int32_t)));
+  GEM_CUDA_CHECK(cudaMallocHost(&run_sp_host_, T * sizeof(cuda::StepParams)));
   GEM_CUDA_CHECK(cudaMallocHost(&pinned_small_, 257 * sizeof(int32_t)));
-  GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions",
+  GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions%s",
                static_cast<double>(weight_bytes_) / 1e9, timer.seconds(),
-               std::string(model::kv_type_name(opt_.kv_type)).c_str(), opt_.n_ctx);
+               std::string(model::kv_type_name(opt_.kv_type)).c_str(), opt_.n_ctx,
+               opt_.n_slots > 1 ? strprintf(" x %d sequence slots", opt_.n_slots).c_str() : "");
   return ok_status();
 }
 
@@ -318,7 +326,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
 // decode step does it, with every product reading its weights once for all n rows (matmul_n)
 // instead of dequantising them for cuBLAS, and attention as a short prompt tile does it.
 void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
-  const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim, H = p.n_heads;
+  const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads;
   const float eps = cfg_.rms_eps;
   const cuda::CudaTuning& t = tuning_;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
@@ -342,6 +350,37 @@ void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int 
   mark(Stage::kAttnOut, p.layer);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t);
   mark(Stage::kEpilogue, p.layer);
+  ffn_block(p, L, n, last, true);
+}
+
+// The feed-forward block and the layer's closing epilogue (its residual, the scale, the next
+// norm): `small` as the decode step does it (n-token products on q8 or f16 activations, hq_
+// kept for the next product), otherwise as a prompt tile (dequantised weights and cuBLAS; hq_
+// only after the last layer, for the head).
+void CudaBackend::ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last,
+                            bool small) {
+  const int E = cfg_.n_embd, F = cfg_.n_ff;
+  const float eps = cfg_.rms_eps;
+  const cuda::CudaTuning& t = tuning_;
+  if (!small) {
+    cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
+    // gate|up as one product over the two dequantised matrices stacked by rows.
+    cuda::dequant_f16(L.gate, 0, L.gate.rows, w16_, stream_);
+    cuda::dequant_f16(L.up, 0, L.up.rows, w16_ + L.gate.rows * L.gate.cols, stream_);
+    gemm_rows(w16_, 2 * static_cast<int64_t>(F), E, x16_, n, gu_);
+    mark(Stage::kFfnGateUp, p.layer);
+    cuda::gelu_mul(gu_, n, F, g_, stream_);
+    mark(Stage::kGelu, p.layer);
+    cuda::to_f16(g_, static_cast<int64_t>(n) * F, x16_, stream_);
+    gemm(L.down, x16_, n, a_);
+    mark(Stage::kFfnDown, p.layer);
+    const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
+    // The last layer also quantises the final-normed rows: the head reads them (q8).
+    cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_,
+                              last ? hq_ : Q8Act{}, stream_, t);
+    mark(Stage::kEpilogue, p.layer);
+    return;
+  }
   const bool q_ffn = L.gate.type == L.up.type &&
                      (L.gate.type == WType::kQ4_0 || L.gate.type == WType::kQ8_0);
   if (q_ffn) {
@@ -372,7 +411,7 @@ void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int 
 }
 
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
-  const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim, H = p.n_heads;
+  const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
@@ -391,7 +430,7 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
     // ring layer from the tile (stored after: the tile may overwrite slots it still needs).
     if (!L.ring) store();
     const cuda::PrefillAttnArgs pa{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring,
-                                   L.n_slots, n_past_, n, T_, H, p.n_kv_heads, D,
+                                   L.n_slots, past_[0], n, T_, H, p.n_kv_heads, D,
                                    L.ring ? p.window : 0, x16_, prefill_scratch_,
                                    prefill_scratch_bytes_};
     cuda::attention_prefill(pa, cublas_, stream_);
@@ -410,22 +449,7 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_,
                       tuning_);
   mark(Stage::kEpilogue, p.layer);
-  cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
-  // gate|up as one product over the two dequantised matrices stacked by rows.
-  cuda::dequant_f16(L.gate, 0, L.gate.rows, w16_, stream_);
-  cuda::dequant_f16(L.up, 0, L.up.rows, w16_ + L.gate.rows * L.gate.cols, stream_);
-  gemm_rows(w16_, 2 * static_cast<int64_t>(F), E, x16_, n, gu_);
-  mark(Stage::kFfnGateUp, p.layer);
-  cuda::gelu_mul(gu_, n, F, g_, stream_);
-  mark(Stage::kGelu, p.layer);
-  cuda::to_f16(g_, static_cast<int64_t>(n) * F, x16_, stream_);
-  gemm(L.down, x16_, n, a_);
-  mark(Stage::kFfnDown, p.layer);
-  const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  // The last layer also quantises the final-normed rows: the head reads them (q8).
-  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_,
-                            last ? hq_ : Q8Act{}, stream_, tuning_);
-  mark(Stage::kEpilogue, p.layer);
+  ffn_block(p, L, n, last, false);
 }
 
 void CudaBackend::head_rows(int n) {
@@ -495,9 +519,9 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
                          const TileCallback& on_tile) {
   const int n_total = static_cast<int>(tokens.size());
   if (n_total == 0) return errorf("cuda eval: no tokens");
-  if (n_past_ + n_total > opt_.n_ctx) {
+  if (past_[0] + n_total > opt_.n_ctx) {
     return errorf("cuda eval: %d tokens at position %d exceed the context of %d", n_total,
-                  n_past_, opt_.n_ctx);
+                  past_[0], opt_.n_ctx);
   }
   for (int32_t t : tokens) {
     if (t < 0 || t >= cfg_.n_vocab) {
@@ -505,12 +529,13 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     }
   }
   logits_rows_ = all_logits ? n_total : 1;
+  batch_rows_ = 0;
   logits_host_.assign(static_cast<size_t>(logits_rows_) * cfg_.n_vocab, 0.0f);
   logits_pending_ = false;
   for (int done = 0; done < n_total;) {
     const int n = std::min(T_, n_total - done);
     const bool last_tile = done + n == n_total;
-    step_host_[0] = n_past_;
+    step_host_[0] = past_[0];
     std::memcpy(step_host_ + 1, tokens.data() + done, n * sizeof(int32_t));
     if (profiler_ != nullptr) GEM_CUDA_CHECK(cudaEventRecord(prof_events_[0], stream_));
     GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
@@ -518,7 +543,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     if (n == 1 && profiler_ != nullptr) {
       prof_decode();
     } else if (n == 1) {
-      const int k = decode_bucket(n_past_);
+      const int k = decode_bucket(past_[0]);
       if (decode_graphs_.size() <= static_cast<size_t>(k)) decode_graphs_.resize(k + 1, nullptr);
       if (!decode_graphs_[k]) {
         capture_bucket_ = k;
@@ -558,7 +583,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     // One synchronisation per tile: the step parameters' pinned buffer is reused next tile.
     GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (profiler_ != nullptr) prof_collect();
-    n_past_ += n;
+    past_[0] += n;
     done += n;
     if (on_tile && !on_tile(done, n_total) && done < n_total) {
       return cancelledf("cancelled after %d of %d tokens", done, n_total);
@@ -616,83 +641,6 @@ std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
                                  cudaMemcpyDeviceToHost, stream_));
   GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return pinned_small_[0];
-}
-
-// Allocation failures of the journal lose the cache, never correctness: the checkpoint is
-// dropped, and restore() then empties the cache (the next request starts cold) instead of
-// leaving rings that no longer match n_past().
-void CudaBackend::checkpoint() {
-  ckpt_n_past_ = n_past_;
-  ckpt_lost_ = false;
-  if (ring_saved_.empty()) {
-    ring_saved_.assign(layers_.size(), {nullptr, nullptr});
-  }
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const DevLayer& L = layers_[i];
-    if (!L.ring) continue;
-    const model::LayerPlan& p = model_.plan[i];
-    const size_t bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * p.head_dim * (L.kv_f16 ? 2 : 4);
-    auto& [k, v] = ring_saved_[i];
-    if (!k && !tuning_.fail_checkpoint_alloc) {
-      if (cudaMalloc(&k, bytes) != cudaSuccess) k = nullptr;
-      if (k && cudaMalloc(&v, bytes) != cudaSuccess) {
-        cudaFree(k);
-        k = nullptr;
-        v = nullptr;
-      }
-      cudaGetLastError();  // a failed cudaMalloc is not a launch error for the next check
-    }
-    if (!k) {
-      GEM_LOG_WARN("cuda: no device memory for the checkpoint journal; the cache will be dropped "
-                   "at the next restore");
-      ckpt_n_past_ = -1;
-      ckpt_lost_ = true;
-      return;
-    }
-    GEM_CUDA_CHECK(cudaMemcpyAsync(k, L.k_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(v, L.v_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
-  }
-  GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-// The kernels find a key's slot from its position and read only positions below the query's,
-// so forgetting a tail is setting n_past back; the ring's spare slots keep the keys the window
-// still needs (writing position q overwrote only position q − n_slots).
-Status CudaBackend::slot_truncate(int slot, int n_past) {
-  if (slot != 0) return errorf("cuda truncate: slot %d outside [0, 1)", slot);
-  if (n_past < 0 || n_past > n_past_) {
-    return errorf("cuda truncate: to %d positions, expected 0..%d (n_past)", n_past, n_past_);
-  }
-  bool has_ring = false;
-  for (const DevLayer& L : layers_) has_ring = has_ring || L.ring;
-  if (n_past_ - n_past > model::kRingSpare && has_ring) {
-    return errorf("cuda truncate: by %d positions, at most %d (the sliding rings' spare slots); "
-                  "restore a checkpoint or reset instead",
-                  n_past_ - n_past, model::kRingSpare);
-  }
-  n_past_ = n_past;
-  logits_rows_ = 0;
-  logits_pending_ = false;
-  return ok_status();
-}
-
-void CudaBackend::restore() {
-  if (ckpt_lost_) {
-    n_past_ = 0;
-    ckpt_lost_ = false;
-    return;
-  }
-  if (ckpt_n_past_ < 0) return;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const DevLayer& L = layers_[i];
-    if (!L.ring || !ring_saved_[i].first) continue;
-    const model::LayerPlan& p = model_.plan[i];
-    const size_t bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * p.head_dim * (L.kv_f16 ? 2 : 4);
-    GEM_CUDA_CHECK(cudaMemcpyAsync(L.k_cache, ring_saved_[i].first, bytes, cudaMemcpyDeviceToDevice, stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(L.v_cache, ring_saved_[i].second, bytes, cudaMemcpyDeviceToDevice, stream_));
-  }
-  GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  n_past_ = ckpt_n_past_;
 }
 
 // ---- Stage profiling (gem profile) ----
@@ -827,7 +775,7 @@ void CudaBackend::prof_mark(Stage stage, int layer) {
 // A profiled decode step: the bucket's graph with the marks, captured at its first use (or the
 // same launches eagerly).
 void CudaBackend::prof_decode() {
-  const int k = decode_bucket(n_past_);
+  const int k = decode_bucket(past_[0]);
   capture_bucket_ = k;
   if (prof_timing_ != ProfTiming::kEager) {
     if (prof_graphs_.size() <= static_cast<size_t>(k)) {
