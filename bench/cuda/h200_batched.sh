@@ -4,7 +4,8 @@
 #   bash bench/cuda/h200_batched.sh build   gem, the CUDA tests and the test models; the CUDA
 #                                           backend, n-token product and profiler tests
 #   bash bench/cuda/h200_batched.sh 12b     gem synth 12b; gem bench -p 1,2,4,8,16,32,64,512
-#                                           -n 128; gem profile (decode, 8 rows) at depth 0 and 32768
+#                                           -n 128 and --parallel 1..32 -p 512 -n 128; gem profile
+#                                           (decode, 8 rows) at depth 0 and 32768
 #   bash bench/cuda/h200_batched.sh 31b     the same for the 31B
 #   bash bench/cuda/h200_batched.sh serve   issue 28: bench/server/h200_conversation.sh, 12B, no llama
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
@@ -31,7 +32,7 @@ build)
     (cd $B && timeout 60 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
   done
   (cd $B && timeout 120 ./tests/cuda/cuda_backend_test \
-    --gtest_filter='*ShortEvals*:*Truncate*:*TokenByToken*:*Checkpoint*:*GreedyDecode*:*PromptLogits*:*Cancel*' 2>&1 |
+    --gtest_filter='*SequenceSlots*:*ShortEvals*:*Truncate*:*TokenByToken*:*Checkpoint*:*GreedyDecode*:*Cancel*' 2>&1 |
     grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which|vs " | head -60) | tee -a "$OUT/batched.txt"
   ;;
 12b|31b)
@@ -39,6 +40,8 @@ build)
   [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
   log "gem bench $p"
   $GEM bench -m $M/g$p.gguf --backend cuda -p 1,2,4,8,16,32,64,512 -n 128 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
+  log "gem bench $p --parallel (llama-batched-bench's test)"
+  $GEM bench -m $M/g$p.gguf --backend cuda --parallel 1,2,4,8,16,32 -p 512 -n 128 2>>"$OUT/profile.log" | grep "|" | tee -a "$OUT/batched.txt"
   for d in 0 32768; do
     log "gem profile $p at depth $d (decode step, 8-row eval)"
     $GEM profile -m $M/g$p.gguf --backend cuda -d $d -c $((d + 512)) --rows 1,8 -n 10 \
