@@ -2,6 +2,8 @@
 #include "cli/backend_flags.h"
 
 #include <algorithm>
+#include <sstream>
+#include <stdexcept>
 
 #include "backend/cpu/cpu_backend.h"
 #include "base/log.h"
@@ -10,6 +12,24 @@
 #endif
 
 namespace gem::cli {
+
+Result<std::vector<int>> parse_int_list(const char* flag, const std::string& s, int min_value) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v < min_value) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return errorf("%s: '%s' is not an integer >= %d", flag, item.c_str(), min_value);
+    }
+  }
+  if (out.empty()) return errorf("%s: empty list", flag);
+  return out;
+}
 
 void add_backend_flags(CLI::App& app, BackendFlags& f) {
   app.add_option("--backend", f.backend, "cpu, cuda or auto (CUDA when a GPU is present)")

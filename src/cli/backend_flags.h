@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "base/status.h"
@@ -28,6 +29,10 @@ struct BackendFlags {
 };
 
 void add_backend_flags(CLI::App& app, BackendFlags& flags);
+
+// A flag's comma-separated list of integers, each at least min_value (gem bench's -p/-n/-d,
+// gem profile's --rows); the error names the flag and the item.
+Result<std::vector<int>> parse_int_list(const char* flag, const std::string& s, int min_value);
 
 // Resolves "auto" (CUDA when a GPU is present and the build has it) and creates the backend.
 Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const BackendFlags& flags);

@@ -42,24 +42,6 @@ struct BenchArgs {
   std::string parallel;  // batched mode: sequence counts (llama-batched-bench's -npl)
 };
 
-Result<std::vector<int>> parse_list(const std::string& flag, const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const int v = std::stoi(item, &used);
-      if (used != item.size() || v < 0) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      return errorf("%s: '%s' is not a non-negative integer", flag.c_str(), item.c_str());
-    }
-  }
-  if (out.empty()) return errorf("%s: empty list", flag.c_str());
-  return out;
-}
-
 struct Test {
   int n_prompt = 0;  // ppN when > 0
   int n_gen = 0;     // tgN when > 0
@@ -172,9 +154,9 @@ Result<BatchedResult> run_batched(const model::Model& m, const std::string& back
 }
 
 int run_bench(const BenchArgs& a) {
-  auto prompts = parse_list("-p", a.prompts);
-  auto gens = parse_list("-n", a.gens);
-  auto depths = parse_list("-d", a.depths);
+  auto prompts = parse_int_list("-p", a.prompts, 0);
+  auto gens = parse_int_list("-n", a.gens, 0);
+  auto depths = parse_int_list("-d", a.depths, 0);
   if (!prompts.ok()) return fail("bench", prompts.message());
   if (!gens.ok()) return fail("bench", gens.message());
   if (!depths.ok()) return fail("bench", depths.message());
@@ -216,7 +198,7 @@ int run_bench(const BenchArgs& a) {
   o.n_threads = a.threads;
   // Each sequence count makes its own backend (its slots are fixed at creation).
   if (!a.parallel.empty()) {
-    auto seqs = parse_list("--parallel", a.parallel);
+    auto seqs = parse_int_list("--parallel", a.parallel, 1);
     if (!seqs.ok()) return fail("bench", seqs.message());
     const int pp = (*prompts)[0], tg = (*gens)[0];
     if (prompts->size() != 1 || gens->size() != 1 || depths->size() != 1 || (*depths)[0] != 0) {
@@ -225,7 +207,6 @@ int run_bench(const BenchArgs& a) {
     std::mt19937 rng(42);
     std::vector<BatchedResult> results;
     for (int n_seq : *seqs) {
-      if (n_seq < 1) return fail("bench", "--parallel: sequence counts start at 1");
       auto r = run_batched(m, backend, o, std::max(pp, 1), tg, n_seq, rng);
       if (!r.ok()) return fail("bench", strprintf("--parallel %d: %s", n_seq, r.message().c_str()));
       results.push_back(*r);

@@ -38,25 +38,6 @@ struct ProfileArgs {
   BackendFlags backend;
 };
 
-// A comma-separated list of integers >= min_value.
-Result<std::vector<int>> parse_ints(const char* flag, const std::string& s, int min_value) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const int v = std::stoi(item, &used);
-      if (used != item.size() || v < min_value) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      return errorf("%s: '%s' is not an integer >= %d", flag, item.c_str(), min_value);
-    }
-  }
-  if (out.empty()) return errorf("%s: empty list", flag);
-  return out;
-}
-
 double us(double seconds) { return seconds * 1e6; }
 double mb(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 double gbps(uint64_t bytes, double seconds) {
@@ -174,11 +155,11 @@ int run_profile(const ProfileArgs& a) {
   const char* cmd = "profile";
   std::vector<int> rows, sweep;
   if (!a.sweep.empty()) {
-    auto s = parse_ints("--attention-sweep", a.sweep, 0);
+    auto s = parse_int_list("--attention-sweep", a.sweep, 0);
     if (!s.ok()) return fail(cmd, s.message());
     sweep = *s;
   } else {
-    auto r = parse_ints("--rows", a.rows, 1);
+    auto r = parse_int_list("--rows", a.rows, 1);
     if (!r.ok()) return fail(cmd, r.message());
     rows = *r;
   }

@@ -219,32 +219,7 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
       token = sample_token(logits, request.sampling, history, coin);
     }
     generated.push_back(token);
-    history.push_back(token);
-    result.n_generated++;
-    bool keep_going = true;
-    if (cb.on_token) {
-      const double t0 = now_seconds(), c0 = thread_cpu_seconds();
-      keep_going = cb.on_token(token);
-      result.callback_seconds += now_seconds() - t0;
-      result.callback_cpu_seconds += thread_cpu_seconds() - c0;
-    }
-    if (request.stop_at_eog && is_eog(token)) {
-      result.finish = FinishReason::kEog;
-      break;
-    }
-    if (!keep_going) {
-      result.finish = FinishReason::kStoppedByCaller;
-      break;
-    }
-    if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
-      result.finish = FinishReason::kLength;  // no eval for a token nothing will follow
-      break;
-    }
-    if (n + result.n_generated >= n_ctx()) {
-      // The sequence fills the context: the token just emitted has no position to go to.
-      result.finish = FinishReason::kContextFull;
-      break;
-    }
+    if (!emit(token, request, cb, history, result)) break;
     const int32_t one[1] = {token};
     failure = backend_->eval(std::span<const int32_t>(one, 1), /*all_logits=*/false);
     if (!failure.ok()) break;
@@ -265,6 +240,37 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   return result;
 }
 
+bool Engine::emit(int32_t token, const GenerateRequest& request, const GenerateCallbacks& cb,
+                  std::vector<int32_t>& history, GenerateResult& result) {
+  history.push_back(token);
+  result.n_generated++;
+  bool keep_going = true;
+  if (cb.on_token) {
+    const double t0 = now_seconds(), c0 = thread_cpu_seconds();
+    keep_going = cb.on_token(token);
+    result.callback_seconds += now_seconds() - t0;
+    result.callback_cpu_seconds += thread_cpu_seconds() - c0;
+  }
+  if (request.stop_at_eog && is_eog(token)) {
+    result.finish = FinishReason::kEog;
+    return false;
+  }
+  if (!keep_going) {
+    result.finish = FinishReason::kStoppedByCaller;
+    return false;
+  }
+  if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
+    result.finish = FinishReason::kLength;  // no eval for a token nothing will follow
+    return false;
+  }
+  if (static_cast<int>(request.prompt.size()) + result.n_generated >= n_ctx()) {
+    // The sequence fills the context: the token just emitted has no position to go to.
+    result.finish = FinishReason::kContextFull;
+    return false;
+  }
+  return true;
+}
+
 // Each round: the root (chosen from the last row, not yet in the cache) and the drafts are
 // evaluated as one batch at positions cur..cur+k; row i's logits are the target's own choice
 // after root, d_1..d_i, so d_{i+1} is accepted while it equals that choice, and the first row
@@ -275,35 +281,7 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
                                   std::span<const float> logits, GenerateResult& result) {
   const int n = static_cast<int>(request.prompt.size());
   std::vector<int32_t> history = request.prompt;
-  // Emits one token; false when generation ends after it (result.finish set).
-  auto emit = [&](int32_t token) {
-    history.push_back(token);
-    result.n_generated++;
-    bool keep_going = true;
-    if (cb.on_token) {
-      const double t0 = now_seconds(), c0 = thread_cpu_seconds();
-      keep_going = cb.on_token(token);
-      result.callback_seconds += now_seconds() - t0;
-      result.callback_cpu_seconds += thread_cpu_seconds() - c0;
-    }
-    if (request.stop_at_eog && is_eog(token)) {
-      result.finish = FinishReason::kEog;
-      return false;
-    }
-    if (!keep_going) {
-      result.finish = FinishReason::kStoppedByCaller;
-      return false;
-    }
-    if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
-      result.finish = FinishReason::kLength;
-      return false;
-    }
-    if (n + result.n_generated >= n_ctx()) {
-      result.finish = FinishReason::kContextFull;
-      return false;
-    }
-    return true;
-  };
+  auto emit = [&](int32_t token) { return this->emit(token, request, cb, history, result); };
   auto choose = [&](std::span<const float> row) {
     return sample_token(row, request.sampling, history, 0.0);
   };

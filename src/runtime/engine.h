@@ -139,6 +139,11 @@ class Engine {
   // A cancellation comes back as a kCancelled status (Status::is_cancelled).
   Status eval_prompt(std::span<const int32_t> prompt, int from, int to,
                      const GenerateCallbacks& cb);
+  // Hands one generated token out: history, count, the caller's callback, then the stop checks
+  // (end of generation, the caller, max_tokens, a full context); false when generation ends
+  // after it (result.finish says why).
+  bool emit(int32_t token, const GenerateRequest& request, const GenerateCallbacks& cb,
+            std::vector<int32_t>& history, GenerateResult& result);
   // The decode loop with drafting (greedy, no constraint); same emission and stop rules as the
   // plain loop. `logits`: the prompt's last row.
   Status decode_speculative(const GenerateRequest& request, const GenerateCallbacks& cb,

@@ -20,14 +20,10 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "sampler/sampler.h"
+#include "cuda/cuda_test_util.h"
 
 namespace gem {
 namespace {
-
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine"; \
-  } while (0)
 
 std::vector<int32_t> prompt_tokens(const std::string& name) {
   const auto j = nlohmann::json::parse(test::read_text(test::fixture("manifest.json")));

@@ -30,14 +30,10 @@
 #include "backend/cuda/tuning.h"
 #include "base/dtype.h"
 #include "sampler/sampler.h"
+#include "cuda/cuda_test_util.h"
 
 namespace gem {
 namespace {
-
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine"; \
-  } while (0)
 
 #define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

@@ -19,14 +19,10 @@
 #include "common/test_util.h"
 #include "model/model.h"
 #include "runtime/stage_profile.h"
+#include "cuda/cuda_test_util.h"
 
 namespace gem {
 namespace {
-
-#define REQUIRE_GPU()                                                               \
-  do {                                                                              \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine"; \
-  } while (0)
 
 struct Loaded {
   std::unique_ptr<model::Model> model;

@@ -28,14 +28,10 @@
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/norm.cuh"
 #include "base/dtype.h"
+#include "cuda/cuda_test_util.h"
 
 namespace gem {
 namespace {
-
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine"; \
-  } while (0)
 
 template <typename T>
 struct Dev {

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/types.cuh"
+#include "backend/cuda/weight_loads.cuh"
 
 namespace gem::cuda::mmn {
 
@@ -44,36 +45,6 @@ int launch_mma_q4_0(const NArgs& a, int split, cudaStream_t s);
 int launch_mma_q8_0(const NArgs& a, int split, cudaStream_t s);
 int launch_mma_q6_k(const NArgs& a, int split, cudaStream_t s);
 
-// ---- weight loads ----
-// Every weight byte is read once per product: loads bypass L1 and carry the L2 evict-first
-// policy (CudaTuning::mv_evict_first), as the decode matvec's do, so that activations and the
-// next kernels' data outlive them. Weights are never written by an earlier kernel of the stream,
-// so the non-coherent path is safe before pdl_wait.
-__device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
-  uint64_t pol;
-  if (evict_first) {
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  } else {
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
-  }
-  return pol;
-}
-__device__ __forceinline__ uint4 ld_w128(const void* p, uint64_t pol) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "l"(pol));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_w32(const void* p, uint64_t pol) {
-  uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
-  return v;
-}
-__device__ __forceinline__ unsigned short ld_w16(const void* p, uint64_t pol) {
-  unsigned short v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.b16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));
-  return v;
-}
+// Weight loads: weight_loads.cuh (weight_policy, ld_w128/32/16), found from this namespace.
 
 }  // namespace gem::cuda::mmn

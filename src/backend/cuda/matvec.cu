@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/matvec.cuh"
+#include "backend/cuda/weight_loads.cuh"
 
 namespace gem::cuda {
 namespace {
@@ -34,30 +35,6 @@ struct WBlock {
   int4 lo, hi;  // Q4_0: lo = the 16 nibble bytes; Q8_0: lo, hi = the 32 int8
 };
 
-// The L2 policy of the weight loads: evict-first (every weight byte is read once per step; the
-// activations, norm weights and KV rows the small kernels read should outlive them: 305 vs 295
-// tok/s on the 12B) or the default evict-normal.
-__device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
-  uint64_t pol;
-  if (evict_first) {
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  } else {
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
-  }
-  return pol;
-}
-__device__ __forceinline__ int4 ld_weight(const int4* p, uint64_t pol) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "l"(pol));
-  return v;
-}
-__device__ __forceinline__ __half ld_scale(const __half* p, uint64_t pol) {
-  unsigned short v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.b16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));
-  return __ushort_as_half(v);
-}
 
 template <bool kQ8>
 __device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b, uint64_t pol) {
