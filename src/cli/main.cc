@@ -3,6 +3,7 @@
 // which CLI11 cannot name, become their long forms; after it, an unknown flag is an error that
 // names the nearest flag the subcommand has (edit distance).
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -153,15 +154,40 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
+  // The first argument before "--" that names no flag of the subcommand.
+  auto first_unknown = [&](const CLI::App& sub) -> std::string {
+    const std::vector<std::string> known = known_flags(sub);
+    for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+      const std::string& a = args[i];
+      if (a.size() < 2 || a[0] != '-' || std::isdigit(static_cast<unsigned char>(a[1]))) continue;
+      const std::string name = a.rfind("--", 0) == 0 ? a.substr(0, a.find('=')) : a.substr(0, 2);
+      if (std::find(known.begin(), known.end(), name) == known.end()) return a;
+    }
+    return "";
+  };
   try {
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  } catch (const CLI::ExtrasError& e) {
+    // An unknown flag took the next word as its value, which then had nowhere to go.
+    for (auto& [sub, run] : runs) {
+      if (!sub->parsed()) continue;
+      if (const std::string u = first_unknown(*sub); !u.empty()) {
+        std::fprintf(stderr, "gem %s: %s\n", sub->get_name().c_str(),
+                     unknown_argument_message(*sub, u).c_str());
+        return static_cast<int>(CLI::ExitCodes::ExtrasError);
+      }
+    }
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   for (auto& [sub, run] : runs) {
-    if (sub->parsed() && !sub->remaining().empty()) {
+    if (!sub->parsed()) continue;
+    std::vector<std::string> extra = sub->remaining();
+    std::erase(extra, std::string("--"));  // the separator before `gem agent`'s command
+    if (!extra.empty()) {
       std::fprintf(stderr, "gem %s: %s\n", sub->get_name().c_str(),
-                   unknown_argument_message(*sub, sub->remaining().front()).c_str());
+                   unknown_argument_message(*sub, extra.front()).c_str());
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
   }
