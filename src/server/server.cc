@@ -932,7 +932,10 @@ bool Server::run_job(Job& job, http::Response& res) {
   std::vector<json> lp_pending, lp_ready, lp_all;
   auto take_logprob = [&](int32_t token, bool content, bool other) {
     if (!recorder) return;
-    const bool control = tokenizer.is_control(token) || tokenizer.token_type(token) == TokenType::kControl;
+    // The format's own tokens (<channel|>, <turn|>, ...) are never the answer's text.
+    const TokenType type = tokenizer.token_type(token);
+    const bool control = tokenizer.is_control(token) || type == TokenType::kControl ||
+                         type == TokenType::kUserDefined;
     if (content) {
       lp_pending.push_back(recorder->entry(token));
       for (json& e : lp_pending) lp_ready.push_back(std::move(e));
@@ -1025,6 +1028,7 @@ bool Server::run_job(Job& job, http::Response& res) {
     Monitor monitor(job.fd, &writer, options_.heartbeat_s, &gone);
     return engine.generate(greq, cb);
   }();
+  slot_busy_.store(false);  // before the answer goes out: a client's next GET sees the slot idle
 
   if (!result.ok()) {
     GEM_LOG_ERROR("%s: %s", job.meta.id.c_str(), result.message().c_str());
