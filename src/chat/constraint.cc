@@ -227,14 +227,20 @@ Constraint make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
   };
   auto state = std::make_shared<State>(std::move(grammar));
   const Tokenizer* tok = &tokenizer;
-  return [state, table, tok, options](std::span<float> logits,
-                                      std::span<const int32_t> gen) -> int32_t {
+  // A thought opens with "<|channel>thought\n" (the parser reads a channel without the word as
+  // no thought at all), so the word is forced after <|channel>.
+  std::vector<int32_t> thought_header;
+  tokenizer.encode_text(std::string(grammar::kThoughtWord) + "\n", thought_header);
+  return [state, table, tok, options, thought_header](std::span<float> logits,
+                                                      std::span<const int32_t> gen) -> int32_t {
     State& s = *state;
     for (; s.seen < gen.size(); ++s.seen) {
       const int32_t t = gen[s.seen];
       if (s.phase == Phase::kStart) {
         if (options.thinking && t == tok::kChannelStart) {
           s.phase = Phase::kThought;
+          s.forced.assign(thought_header.begin(), thought_header.end());
+          s.n_thought = -static_cast<int>(thought_header.size());  // the header is not thought
           continue;
         }
         s.phase = Phase::kJson;
@@ -309,7 +315,8 @@ Constraint make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
     } else {
       walk(s.matcher, *table, table->all(), s.states, s.allowed, keep);
     }
-    if (s.phase == Phase::kStart && options.thinking && remaining > need + 2) {
+    if (s.phase == Phase::kStart && options.thinking &&
+        remaining > need + 2 + static_cast<int>(thought_header.size())) {
       s.allowed[tok::kChannelStart] = 1;
     }
     if (s.matcher.accepting()) s.allowed[tok::kTurnEnd] = 1;

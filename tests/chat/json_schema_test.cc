@@ -309,15 +309,20 @@ std::string generate(const Tokenizer& tk, Constraint& c, std::mt19937& rng, int 
       break;
     }
   }
-  std::string text;
+  std::string text, thought;
   bool in_thought = false;
   for (int32_t t : gen) {
-    if (t == tok::kChannelStart) in_thought = true;
-    if (t == tok::kChannelEnd) {
-      in_thought = false;
+    if (t == tok::kChannelStart) {
+      in_thought = true;
       continue;
     }
-    if (!in_thought) text += tk.piece_view(t, false);
+    if (t == tok::kChannelEnd) {
+      in_thought = false;
+      // The output parser reads a channel as a thought only when it opens with "thought".
+      EXPECT_EQ(thought.rfind("thought\n", 0), 0u) << "thought: " << thought;
+      continue;
+    }
+    (in_thought ? thought : text) += tk.piece_view(t, false);
   }
   return text;
 }
