@@ -243,10 +243,9 @@ bool read_response_format(const json& j, const std::string& body,
     if (t == "text") {
       if (top_schema == nullptr) return true;
     } else if (t == "json_object") {
-      if (const json* schema = field(*rf, "schema")) {
+      if (field(*rf, "schema") != nullptr) {
         path = {"response_format", "schema"};
         where = "response_format.schema";
-        (void)schema;
       } else if (top_schema == nullptr) {
         *out = chat::json_object_grammar();
         return true;

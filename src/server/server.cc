@@ -9,6 +9,11 @@
 // <|tool_call> if it has not opened one, and bans end-of-turn until a call was made; a named
 // function additionally forces the text "call:NAME{" after <|tool_call> and ends the turn with
 // <|tool_response> once that call closes. The arguments are always the model's own.
+//
+// The constraints of one request run in a chain (chat::combine_constraints): the logprobs
+// observer first (it sees the raw row), then the reasoning budget, then the JSON constraint
+// (response_format) or the tool-choice one. Any constraint makes the engine sample on the host
+// from Backend::logits(); without one the CUDA backend samples on the device.
 #include "server/server.h"
 
 #include <poll.h>
