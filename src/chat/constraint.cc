@@ -332,20 +332,24 @@ Constraint make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
   };
 }
 
-Constraint make_reasoning_budget_constraint(int budget) {
+Constraint make_reasoning_budget_constraint(int budget, const Tokenizer& tokenizer) {
   struct State {
     size_t seen = 0;
     bool in_thought = false;
     int n = 0;
   };
   auto state = std::make_shared<State>();
-  return [state, budget](std::span<float>, std::span<const int32_t> gen) -> int32_t {
+  // The thought's "thought\n" header is not counted.
+  std::vector<int32_t> header;
+  tokenizer.encode_text(std::string(grammar::kThoughtWord) + "\n", header);
+  const int n_header = static_cast<int>(header.size());
+  return [state, budget, n_header](std::span<float>, std::span<const int32_t> gen) -> int32_t {
     State& s = *state;
     for (; s.seen < gen.size(); ++s.seen) {
       const int32_t t = gen[s.seen];
       if (t == tok::kChannelStart) {
         s.in_thought = true;
-        s.n = 0;
+        s.n = -n_header;
       } else if (t == tok::kChannelEnd) {
         s.in_thought = false;
       } else if (s.in_thought) {

@@ -78,8 +78,9 @@ Constraint make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
                                 std::shared_ptr<const JsonTokenTable> table,
                                 const Tokenizer& tokenizer, JsonConstraintOptions options);
 
-// Thinking limited to `budget` tokens: once a thought has that many, <channel|> is forced.
-Constraint make_reasoning_budget_constraint(int budget);
+// Thinking limited to `budget` tokens: once a thought has that many after its "thought\n"
+// header, <channel|> is forced.
+Constraint make_reasoning_budget_constraint(int budget, const Tokenizer& tokenizer);
 
 // Runs the constraints in order: each may mask the logits; the first that forces a token wins
 // (the later ones catch up on it at the next step). Empty ones are skipped; none gives {}.

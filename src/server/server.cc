@@ -412,7 +412,7 @@ json sampling_json(const SamplingParams& s, int n_predict) {
               {"repeat_last_n", s.repeat_last_n},
               {"presence_penalty", dec(s.presence_penalty)},
               {"frequency_penalty", dec(s.frequency_penalty)},
-              {"seed", s.seed == 0xFFFFFFFFu ? json(0xFFFFFFFFu) : json(s.seed)},
+              {"seed", s.seed},  // 4294967295: a random seed per request (llama.cpp's default)
               {"n_predict", n_predict},
               {"max_tokens", n_predict}};
 }
@@ -913,7 +913,7 @@ bool Server::run_job(Job& job, http::Response& res) {
   }
   if (job.chat) {
     if (cr.enable_thinking && cr.reasoning_budget > 0 && !cr.json_grammar) {
-      constraints.push_back(chat::make_reasoning_budget_constraint(cr.reasoning_budget));
+      constraints.push_back(chat::make_reasoning_budget_constraint(cr.reasoning_budget, tokenizer));
     }
     if (cr.json_grammar) {
       chat::JsonConstraintOptions jo;

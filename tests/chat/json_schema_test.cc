@@ -364,11 +364,14 @@ TEST(JsonConstraint, RandomLogitsAlwaysGiveValidDocuments) {
 }
 
 TEST(JsonConstraint, ReasoningBudgetAndCombination) {
-  // The budget forces <channel|> after N thought tokens; combined constraints: the first that
-  // forces wins.
-  Constraint budget = make_reasoning_budget_constraint(3);
+  REQUIRE_TOKENIZER();
+  // The budget forces <channel|> after N thought tokens past the "thought\n" header; combined
+  // constraints: the first that forces wins.
+  Constraint budget = make_reasoning_budget_constraint(3, tk);
   std::vector<float> logits(8, 0.0f);
-  std::vector<int32_t> gen = {tok::kChannelStart, 10, 11};
+  std::vector<int32_t> gen = {tok::kChannelStart};
+  tk.encode_text("thought\n", gen);
+  gen.insert(gen.end(), {10, 11});
   EXPECT_EQ(budget(logits, gen), -1);
   gen.push_back(12);
   EXPECT_EQ(budget(logits, gen), tok::kChannelEnd);
