@@ -6,6 +6,7 @@
 # 256 generated tokens) through `gem serve` with the default KV cache (f16) and with f32, and
 # through llama-server (-ngl 99 -fa on -np 1, KV f16) — all on the same `gem synth` file.
 #   bash bench/server/h200_conversation.sh        (logs in $OUT or /tmp/gem-out)
+# WITH_LLAMA=0 leaves llama-server out (its CUDA build takes about seven minutes of a call).
 set -u
 OUT=${OUT:-/tmp/gem-out}
 mkdir -p "$OUT"
@@ -15,17 +16,19 @@ CTX=40960
 DEPTH=29300
 M=/tmp/models
 mkdir -p $M
-if [ -d .device/llama.cpp ]; then
+if [ -d .device/llama.cpp ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
   (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
      -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
    cmake --build /tmp/llama-build -j10 --target llama-server >/tmp/llama-build.log 2>&1) &
   llama_pid=$!
 fi
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
-  -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
-  cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
-GEM=build-dev/bin/gem
+if [ -z "${GEM:-}" ]; then  # GEM=path: a gem built already (bench/cuda/h200_batched.sh)
+  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
+    -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
+    cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
+  GEM=build-dev/bin/gem
+fi
 
 serve_and_talk() {  # label, then the server command
   local label=$1; shift

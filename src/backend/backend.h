@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "model/model.h"
@@ -19,6 +20,7 @@ namespace gem {
 enum class BackendKind { kCpu, kCuda };
 
 struct SamplingParams;  // sampler/sampler.h (only referenced here: backend does not depend on it)
+class StageProfiler;    // backend/profile.h
 
 struct BackendOptions {
   int n_ctx = 4096;                              // positions the cache holds
@@ -26,6 +28,18 @@ struct BackendOptions {
   int n_threads = 0;                             // 0 = all hardware threads
   int n_tile = 256;                              // prompt tokens evaluated per layer pass
   bool reference = false;                        // CPU: the plain scalar path instead of the fast one
+  int n_slots = 1;                               // sequence slots the cache holds (-np/--parallel)
+};
+
+// One row of a batch (Backend::eval_batch): `token` of sequence slot `slot` at position `pos`.
+// A slot's rows come in position order and continue its cache: the first at n_past(slot), the
+// next one further, and so on; rows of different slots may interleave. With `logits`, the row's
+// logits are kept (batch_logits, in the order of the rows that ask).
+struct BatchRow {
+  int32_t slot = 0;
+  int32_t pos = 0;
+  int32_t token = 0;
+  bool logits = false;
 };
 
 // Called after each prompt tile: (tokens done, tokens total). Returning false cancels the eval.
@@ -57,6 +71,27 @@ class Backend {
   virtual void restore() = 0;
   virtual void reset() = 0;
 
+  // Sequence slots (BackendOptions::n_slots, fixed at creation): each holds its own cache (the
+  // sliding ring and the full-layer array). The single-sequence calls above act on slot 0.
+  // The defaults serve a one-slot backend through eval(); CPU and CUDA implement them all.
+  virtual int slot_n_past(int slot) const { return slot == 0 ? n_past() : 0; }
+  // Evaluates every row (each over its own slot's cache at its own position, in tiles of
+  // options().n_tile rows); the rows' K/V are written. On error nothing is evaluated.
+  virtual Status eval_batch(std::span<const BatchRow> rows);
+  // Logits of the i-th row that asked for them in the last eval_batch (empty if none).
+  virtual std::span<const float> batch_logits(int i) { return logits(batch_logit_rows_.at(i)); }
+  // Per-slot forms of reset/checkpoint/restore.
+  virtual void slot_reset(int slot) { if (slot == 0) reset(); }
+  virtual void slot_checkpoint(int slot) { if (slot == 0) checkpoint(); }
+  virtual void slot_restore(int slot) { if (slot == 0) restore(); }
+  // Forgets the slot's positions >= n_past (the rejected tail of a speculative draft): exact for
+  // up to model::kRingSpare positions back (a sliding ring still holds every key its window
+  // needs); further back is an error unless the model has no sliding layers.
+  virtual Status slot_truncate(int slot, int n_past);
+  // Copies slot src's cache (its n_past positions) into slot dst, replacing dst's; dst's
+  // checkpoint is dropped.
+  virtual Status slot_fork(int src, int dst);
+
   // Picks the next token from the last row of the last eval on the backend itself (the CUDA
   // backend: greedy with penalties on the GPU, 4 bytes to the host instead of the logits).
   // Same contract as sample_token() in sampler/sampler.h; nullopt = not supported for these
@@ -68,6 +103,23 @@ class Backend {
     (void)coin;
     return std::nullopt;
   }
+
+  // Stage profiling (`gem profile`, backend/profile.h): while `profiler` is set, every eval adds
+  // the time of each stage of its forward to it; null turns profiling off, and the backend then
+  // runs exactly the work it runs without profiling. An error when the backend cannot time its
+  // stages, or not in the way profiler->timing() asks.
+  virtual Status set_stage_profiler(StageProfiler* profiler) {
+    if (profiler == nullptr) return ok_status();
+    return Status::error("backend " + std::string(name()) + " cannot time its stages");
+  }
+
+ protected:
+  // Checks `rows` against the slots' n_past, the context and the vocabulary; on success
+  // *ends[s] = n_past(s) after the batch. The message names the row and what was expected.
+  Status validate_batch(std::span<const BatchRow> rows, int n_vocab, std::vector<int>* ends) const;
+
+ private:
+  std::vector<int> batch_logit_rows_;  // the default eval_batch: eval rows that asked for logits
 };
 
 }  // namespace gem

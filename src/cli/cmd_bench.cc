@@ -39,6 +39,7 @@ struct BenchArgs {
   int n_ctx = 0;
   std::string output = "md";
   bool verbose = false;
+  std::string parallel;  // batched mode: sequence counts (llama-batched-bench's -npl)
 };
 
 Result<std::vector<int>> parse_list(const std::string& flag, const std::string& s) {
@@ -114,6 +115,56 @@ Result<double> run_once(Backend& b, const Test& t, int n_vocab, std::mt19937& rn
   return t.n_gen / timer.seconds();
 }
 
+// Batched mode, llama-batched-bench's test and columns: for each B, B sequences (one slot each)
+// evaluate their own random prompt of PP tokens as one batch, then TG steps of B rows (one token
+// per sequence, logits for each); prompt, generation and overall tokens per second.
+struct BatchedResult {
+  int pp = 0, tg = 0, b = 0;
+  double t_pp = 0.0, t_tg = 0.0;
+};
+
+Result<BatchedResult> run_batched(const model::Model& m, const std::string& backend,
+                                  BackendOptions o, int pp, int tg, int n_seq, std::mt19937& rng) {
+  o.n_slots = n_seq;
+  o.n_ctx = std::max(o.n_ctx, pp + tg);
+  Result<std::unique_ptr<Backend>> made = Status::error("unknown backend '" + backend + "' (cpu, cuda)");
+  if (backend == "cpu") made = cpu::make_cpu_backend(m, o);
+#if GEM_HAVE_CUDA
+  if (backend == "cuda") made = make_cuda_backend(m, o);
+#endif
+  if (!made.ok()) return made.status();
+  Backend& b = **made;
+  const int n_vocab = m.config.n_vocab;
+  std::uniform_int_distribution<int32_t> tok(0, n_vocab - 1);
+  std::vector<BatchRow> rows;
+  auto prompt_rows = [&] {
+    rows.clear();
+    for (int s = 0; s < n_seq; ++s) {
+      for (int i = 0; i < pp; ++i) rows.push_back({s, i, tok(rng), i + 1 == pp});
+    }
+  };
+  // Warm-up: one prompt batch and one step (graphs, heuristics), then every slot emptied.
+  prompt_rows();
+  GEM_RETURN_IF_ERROR(b.eval_batch(rows));
+  for (int s = 0; s < n_seq; ++s) b.slot_reset(s);
+
+  BatchedResult r{pp, tg, n_seq, 0.0, 0.0};
+  prompt_rows();
+  Timer t_pp;
+  GEM_RETURN_IF_ERROR(b.eval_batch(rows));
+  (void)b.batch_logits(0);
+  r.t_pp = t_pp.seconds();
+  Timer t_tg;
+  for (int step = 0; step < tg; ++step) {
+    rows.clear();
+    for (int s = 0; s < n_seq; ++s) rows.push_back({s, pp + step, tok(rng), true});
+    GEM_RETURN_IF_ERROR(b.eval_batch(rows));
+    (void)b.batch_logits(n_seq - 1);
+  }
+  r.t_tg = t_tg.seconds();
+  return r;
+}
+
 int run_bench(const BenchArgs& a) {
   auto prompts = parse_list("-p", a.prompts);
   auto gens = parse_list("-n", a.gens);
@@ -157,6 +208,44 @@ int run_bench(const BenchArgs& a) {
   o.kv_type = *kv;
   o.n_tile = a.tile;
   o.n_threads = a.threads;
+  // Each sequence count makes its own backend (its slots are fixed at creation).
+  if (!a.parallel.empty()) {
+    auto seqs = parse_list("--parallel", a.parallel);
+    if (!seqs.ok()) return fail("bench", seqs.message());
+    const int pp = (*prompts)[0], tg = (*gens)[0];
+    if (prompts->size() != 1 || gens->size() != 1 || depths->size() != 1 || (*depths)[0] != 0) {
+      return fail("bench", "--parallel takes one -p and one -n value and no depth (llama-batched-bench's test)");
+    }
+    std::mt19937 rng(42);
+    std::vector<BatchedResult> results;
+    for (int n_seq : *seqs) {
+      if (n_seq < 1) return fail("bench", "--parallel: sequence counts start at 1");
+      auto r = run_batched(m, backend, o, std::max(pp, 1), tg, n_seq, rng);
+      if (!r.ok()) return fail("bench", strprintf("--parallel %d: %s", n_seq, r.message().c_str()));
+      results.push_back(*r);
+      std::fprintf(stderr, "bench: B=%d done\n", n_seq);
+    }
+    nlohmann::json out = nlohmann::json::array();
+    if (a.output == "md") {
+      std::printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n");
+      std::printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n");
+    }
+    for (const BatchedResult& r : results) {
+      const int n_kv = r.b * (r.pp + r.tg);
+      const double s_pp = r.b * r.pp / r.t_pp, s_tg = r.tg > 0 ? r.b * r.tg / r.t_tg : 0.0;
+      const double t = r.t_pp + r.t_tg;
+      if (a.output == "md") {
+        std::printf("| %5d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n", r.pp,
+                    r.tg, r.b, n_kv, r.t_pp, s_pp, r.t_tg, s_tg, t, n_kv / t);
+      }
+      out.push_back({{"pp", r.pp}, {"tg", r.tg}, {"pl", r.b}, {"n_kv", n_kv}, {"t_pp", r.t_pp},
+                     {"speed_pp", s_pp}, {"t_tg", r.t_tg}, {"speed_tg", s_tg}, {"t", t},
+                     {"speed", n_kv / t}, {"backend", backend}, {"file", a.model},
+                     {"kv_type", a.kv_type}, {"build_commit", build_commit()}});
+    }
+    if (a.output == "json") std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
   Result<std::unique_ptr<Backend>> made = Status::error("unknown backend '" + backend + "' (cpu, cuda)");
   if (backend == "cpu") made = cpu::make_cpu_backend(m, o);
 #if GEM_HAVE_CUDA
@@ -261,6 +350,10 @@ RunFn setup_bench(CLI::App& sub) {
   sub.add_option("-c,--ctx-size", a->n_ctx, "context size (default: the largest depth + test)");
   sub.add_option("-o,--output", a->output, "md (table) or json")->check(CLI::IsMember({"md", "json"}));
   sub.add_flag("-v,--verbose", a->verbose, "print the CUDA backend's tuning record");
+  sub.add_option("--parallel", a->parallel,
+                 "batched mode (llama-batched-bench): sequence counts, comma-separated; each "
+                 "sequence evaluates its own -p prompt in one batch, then -n steps of one token "
+                 "per sequence");
   return [a] { return run_bench(*a); };
 }
 

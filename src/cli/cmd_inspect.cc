@@ -15,6 +15,7 @@ namespace {
 struct InspectArgs {
   std::string path;
   int n_ctx = 4096;
+  int n_seq = 1;
   std::string kv_type = kDefaultKvType;
 };
 
@@ -26,6 +27,9 @@ int run_inspect(const InspectArgs& a) {
   auto kv = model::parse_kv_type(a.kv_type);
   if (!kv.ok()) return fail("inspect", kv.message());
   if (a.n_ctx < 1) return fail("inspect", strprintf("-c %d: the context must be at least 1", a.n_ctx));
+  if (a.n_seq < 1) {
+    return fail("inspect", strprintf("--parallel %d: the sequence slots must be at least 1", a.n_seq));
+  }
   auto loaded = model::load_model(a.path);
   if (!loaded.ok()) return fail("inspect", "rejected: " + loaded.message());
   const model::Model& m = **loaded;
@@ -88,8 +92,13 @@ int run_inspect(const InspectArgs& a) {
   std::printf("weights: %s\n", bytes_str(weight_bytes).c_str());
   std::printf("cpu kernels: %s\n", cpu::isa_description().c_str());
 
-  std::printf("\nKV cache (%s; sliding layers hold a ring of %d slots):\n", a.kv_type.c_str(), c.sliding_window);
+  std::printf("\nKV cache (%s; sliding layers hold a ring of %d slots, the window and %d spare):\n",
+              a.kv_type.c_str(), model::kv_ring_slots(c.sliding_window), model::kRingSpare);
   std::printf("  at -c %d: %s\n", a.n_ctx, bytes_str(model::kv_cache_bytes(m.plan, a.n_ctx, *kv)).c_str());
+  if (a.n_seq > 1) {
+    std::printf("  at -c %d --parallel %d (one cache per sequence slot): %s\n", a.n_ctx, a.n_seq,
+                bytes_str(model::kv_cache_bytes(m.plan, a.n_ctx, *kv, a.n_seq)).c_str());
+  }
   std::printf("  at the training context %d: %s\n", c.context_length,
               bytes_str(model::kv_cache_bytes(m.plan, c.context_length, *kv)).c_str());
   return 0;
@@ -99,6 +108,7 @@ RunFn setup_inspect(CLI::App& sub) {
   auto a = std::make_shared<InspectArgs>();
   sub.add_option("file", a->path, "GGUF model file")->required();
   sub.add_option("-c,--ctx-size", a->n_ctx, "context for the KV-cache figure (default 4096)");
+  sub.add_option("--parallel", a->n_seq, "sequence slots for the KV-cache figure (default 1)");
   sub.add_option("--kv-type", a->kv_type, "KV storage: f32, f16 (default) or f16-full")
       ->check(CLI::IsMember({"f32", "f16", "f16-full"}));
   return [a] { return run_inspect(*a); };

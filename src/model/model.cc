@@ -591,17 +591,17 @@ std::string_view kv_type_name(KvType t) {
 
 uint64_t kv_layer_bytes(const LayerPlan& p, int n_ctx, KvType kv) {
   const bool sliding = p.kind == AttnKind::kSliding;
-  // A sliding layer keeps a ring of exactly `window` slots, whatever the context.
-  const uint64_t slots = static_cast<uint64_t>(sliding ? p.window : n_ctx);
+  // A sliding layer keeps a ring of its window plus the truncation spare, whatever the context.
+  const uint64_t slots = static_cast<uint64_t>(sliding ? kv_ring_slots(p.window) : n_ctx);
   uint64_t elem_bytes = 4;
   if (kv == KvType::kF16 || (kv == KvType::kF16Full && !sliding)) elem_bytes = 2;
   return 2 * static_cast<uint64_t>(p.n_kv_heads) * static_cast<uint64_t>(p.head_dim) * slots * elem_bytes;
 }
 
-uint64_t kv_cache_bytes(const std::vector<LayerPlan>& plan, int n_ctx, KvType kv) {
+uint64_t kv_cache_bytes(const std::vector<LayerPlan>& plan, int n_ctx, KvType kv, int n_seq) {
   uint64_t total = 0;
   for (const LayerPlan& p : plan) total += kv_layer_bytes(p, n_ctx, kv);
-  return total;
+  return total * static_cast<uint64_t>(n_seq);
 }
 
 }  // namespace gem::model

@@ -144,9 +144,15 @@ enum class KvType { kF32, kF16, kF16Full };
 Result<KvType> parse_kv_type(std::string_view s);  // "f32", "f16", "f16-full"
 std::string_view kv_type_name(KvType t);
 
-// Bytes of K+V for one layer: sliding layers hold a ring of exactly `sliding_window` slots,
-// full layers n_ctx slots.
+// Slots a sliding layer's ring holds beyond its window: a sequence can be truncated by up to this
+// many positions (Backend::slot_truncate, the rollback of a rejected speculative tail) and still
+// hold every key the window needs, since writing position q overwrites only position q − slots.
+inline constexpr int kRingSpare = 32;
+inline int kv_ring_slots(int window) { return window + kRingSpare; }
+
+// Bytes of K+V for one layer and one sequence: sliding layers hold a ring of kv_ring_slots(window)
+// slots, full layers n_ctx slots. kv_cache_bytes: every layer, for n_seq sequence slots.
 uint64_t kv_layer_bytes(const LayerPlan& p, int n_ctx, KvType kv);
-uint64_t kv_cache_bytes(const std::vector<LayerPlan>& plan, int n_ctx, KvType kv);
+uint64_t kv_cache_bytes(const std::vector<LayerPlan>& plan, int n_ctx, KvType kv, int n_seq = 1);
 
 }  // namespace gem::model

@@ -146,6 +146,7 @@ bool read_generation(const json& j, const RequestDefaults& d, GenerationOptions*
     }
   }
   if (!read_bool(j, "return_progress", &r->return_progress, err)) return false;
+  if (!read_bool(j, "ignore_eos", &r->ignore_eos, err)) return false;
 
   // Length: max_completion_tokens, max_tokens and n_predict are one limit (-1 = none).
   for (const char* key : {"n_predict", "max_tokens", "max_completion_tokens"}) {

@@ -60,6 +60,7 @@ struct GenerationOptions {
   bool include_usage = false;
   bool return_progress = false;
   int max_tokens = -1;          // -1: until end of generation or the context is full
+  bool ignore_eos = false;      // llama-server's: generate through end-of-generation tokens
   std::vector<std::string> stop;
   SamplingParams sampling;
   // Log-probabilities of the generated tokens with this many alternatives each (0-20); -1: none.

@@ -905,6 +905,7 @@ bool Server::run_job(Job& job, http::Response& res) {
   greq.n_history = job.n_history;
   greq.sampling = cr.sampling;
   greq.max_tokens = cr.max_tokens;
+  greq.stop_at_eog = !cr.ignore_eos;
   std::unique_ptr<LogprobRecorder> recorder;
   std::vector<runtime::Constraint> constraints;
   if (cr.top_logprobs >= 0) {

@@ -327,56 +327,91 @@ TEST(OpsFast, GeluOverItsWholeRange) {
 }
 
 TEST(KvCache, RingPositionsAndJournal) {
-  // Two layers: a sliding one (window 4, 2 KV heads × 8) and a full one (1 × 16), n_ctx 32.
+  // Two layers: a sliding one (window 4, 2 KV heads × 8, a ring of R = 4 + kRingSpare slots) and
+  // a full one (1 × 16), n_ctx 96.
   std::vector<model::LayerPlan> plan(2);
   plan[0] = {0, model::AttnKind::kSliding, 4, 2, 8, 4, 1e4f, 8, 4, false, 0};
   plan[1] = {1, model::AttnKind::kFull, 4, 1, 16, 0, 1e6f, 16, 2, true, 0};
+  const int R = model::kv_ring_slots(4);
   for (model::KvType type : {model::KvType::kF32, model::KvType::kF16, model::KvType::kF16Full}) {
-    KvCache kv(plan, 32, type);
-    EXPECT_EQ(kv.bytes(), model::kv_cache_bytes(plan, 32, type));
-    EXPECT_EQ(kv.layer(0).n_slots, 4);
-    EXPECT_EQ(kv.layer(1).n_slots, 32);
-    // Value of (position, head, dim) encodes all three, exactly representable in f16.
+    KvCache kv(plan, 96, type);
+    EXPECT_EQ(kv.bytes(), model::kv_cache_bytes(plan, 96, type));
+    EXPECT_EQ(kv.layer(0).n_slots, R);
+    EXPECT_EQ(kv.layer(1).n_slots, 96);
+    // Value of (position, head, dim) encodes all three, exactly representable in f16
+    // (integers below 2048).
     auto fill = [](int pos0, int n, int width) {
       std::vector<float> v(static_cast<size_t>(n) * width);
       for (int t = 0; t < n; ++t) {
-        for (int i = 0; i < width; ++i) v[t * width + i] = static_cast<float>((pos0 + t) * 64 + i);
+        for (int i = 0; i < width; ++i) v[t * width + i] = static_cast<float>((pos0 + t) * 16 + i);
       }
       return v;
     };
-    auto ring_value = [&](int slot, int head, int d) {
-      const KvCache::Layer& l = kv.layer(0);
+    auto ring_value = [&](const KvCache& c, int slot, int head, int d) {
+      const KvCache::Layer& l = c.layer(0);
       const uint64_t idx = (static_cast<uint64_t>(head) * l.n_slots + slot) * l.head_dim + d;
       return l.f16 ? fp16_to_f32(reinterpret_cast<const uint16_t*>(l.k.get())[idx])
                    : reinterpret_cast<const float*>(l.k.get())[idx];
     };
-    std::vector<float> a = fill(0, 6, 16);
-    kv.write(0, 0, 6, a.data(), a.data());  // positions 0..5: only 2..5 land
-    KvSegment seg = kv.segment(0, 6);
+    const int n0 = R + 2;  // positions 0..R+1: only 2..R+1 land
+    std::vector<float> a = fill(0, n0, 16);
+    kv.write(0, 0, n0, a.data(), a.data());
+    KvSegment seg = kv.segment(0, n0);
     EXPECT_EQ(seg.first_slot, 2);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(seg.slot_pos(seg.slot_at(i)), 2 + i);  // ascending
-    EXPECT_EQ(ring_value(1, 1, 3), 5 * 64 + 8 + 3);  // position 5 is in slot 1, head 1
+    for (int i = 0; i < R; ++i) EXPECT_EQ(seg.slot_pos(seg.slot_at(i)), 2 + i);  // ascending
+    EXPECT_EQ(ring_value(kv, 1, 1, 3), (R + 1) * 16 + 8 + 3);  // position R+1 in slot 1, head 1
     kv.checkpoint();
-    std::vector<float> b = fill(6, 3, 16);
-    kv.write(0, 6, 3, b.data(), b.data());  // overwrites slots 2, 3, 0
-    EXPECT_EQ(kv.layer(0).pos[2], 6);
-    EXPECT_EQ(kv.layer(0).pos[0], 8);
-    EXPECT_EQ(ring_value(0, 0, 0), 8 * 64);
+    std::vector<float> b = fill(n0, 3, 16);
+    kv.write(0, n0, 3, b.data(), b.data());  // overwrites slots 2, 3, 4
+    EXPECT_EQ(kv.layer(0).pos[2], n0);
+    EXPECT_EQ(kv.layer(0).pos[4], n0 + 2);
+    EXPECT_EQ(ring_value(kv, 4, 0, 0), (n0 + 2) * 16);
     kv.restore();
-    EXPECT_EQ(kv.layer(0).pos[0], 4);
+    EXPECT_EQ(kv.layer(0).pos[4], 4);
     EXPECT_EQ(kv.layer(0).pos[2], 2);
-    EXPECT_EQ(kv.layer(0).pos[3], 3);
-    EXPECT_EQ(ring_value(0, 0, 0), 4 * 64);
-    EXPECT_EQ(ring_value(2, 1, 7), 2 * 64 + 15);
+    EXPECT_EQ(ring_value(kv, 4, 0, 0), 4 * 16);
+    EXPECT_EQ(ring_value(kv, 2, 1, 7), 2 * 16 + 15);
     // The journal stays open: write again, restore again.
-    kv.write(0, 6, 3, b.data(), b.data());
+    kv.write(0, n0, 3, b.data(), b.data());
     kv.restore();
-    EXPECT_EQ(ring_value(3, 0, 1), 3 * 64 + 1);
+    EXPECT_EQ(ring_value(kv, 3, 0, 1), 3 * 16 + 1);
+
+    // Truncation empties the slots of the forgotten positions (journaled: restore undoes it) and
+    // keeps every other.
+    kv.write(0, n0, 3, b.data(), b.data());
+    kv.truncate(n0 + 1);
+    EXPECT_EQ(kv.layer(0).pos[2], n0);
+    EXPECT_EQ(kv.layer(0).pos[3], -1);
+    EXPECT_EQ(kv.layer(0).pos[4], -1);
+    EXPECT_EQ(kv.layer(0).pos[5], 5);
+    kv.truncate(n0 - 1);  // before the checkpoint: position R+1 (slot 1) goes too
+    EXPECT_EQ(kv.layer(0).pos[1], -1);
+    EXPECT_EQ(kv.layer(0).pos[0], R);
+    kv.restore();
+    EXPECT_EQ(kv.layer(0).pos[1], R + 1);
+    EXPECT_EQ(kv.layer(0).pos[3], 3);
+    EXPECT_EQ(ring_value(kv, 1, 1, 3), (R + 1) * 16 + 8 + 3);
+
+    // A copy holds the source's positions below its n_past, values and all.
+    std::vector<float> c = fill(0, 10, 16);
+    kv.write(1, 0, 10, c.data(), c.data());
+    KvCache other(plan, 96, type);
+    other.copy_from(kv, n0 - 1);
+    for (int s = 0; s < R; ++s) {
+      const int p = kv.layer(0).pos[s];
+      EXPECT_EQ(other.layer(0).pos[s], p < n0 - 1 ? p : -1) << s;
+      if (p >= 0 && p < n0 - 1) {
+        EXPECT_EQ(ring_value(other, s, 1, 2), ring_value(kv, s, 1, 2));
+      }
+    }
+    const KvCache::Layer& f = other.layer(1);
+    const float v9 = f.f16 ? fp16_to_f32(reinterpret_cast<const uint16_t*>(f.v.get())[9 * 16 + 5])
+                           : reinterpret_cast<const float*>(f.v.get())[9 * 16 + 5];
+    EXPECT_EQ(v9, 9 * 16 + 5);
+
     kv.reset();
-    for (int s = 0; s < 4; ++s) EXPECT_EQ(kv.layer(0).pos[s], -1);
+    for (int s = 0; s < R; ++s) EXPECT_EQ(kv.layer(0).pos[s], -1);
     // Full layer: position p in slot p; the segment covers 0..n_past-1.
-    std::vector<float> c = fill(0, 3, 16);
-    kv.write(1, 0, 3, c.data(), c.data());
     seg = kv.segment(1, 3);
     EXPECT_EQ(seg.n_slots, 3);
     EXPECT_EQ(seg.slot_pos(2), 2);

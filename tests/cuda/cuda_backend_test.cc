@@ -193,6 +193,45 @@ TEST(CudaBackend, TokenByTokenEqualsOneTile) {
   }
 }
 
+// Short evals (2..64 tokens: the n-token products, matmul_n, and the head of every row at once)
+// after a cached prefix: every row within the type tolerance of the CPU reference and of
+// token-by-token decoding on the GPU, on Q4_0 (tensor-core and dp4a products), F32 and the Q6_K
+// head; the greedy token of each row equal to decoding's unless the two are a near-tie.
+TEST(CudaBackend, ShortEvalsMatchDecodeAndCpu) {
+  REQUIRE_GPU();
+  for (const char* name : kModels) {
+    const std::string path = test::fixture(name);
+    GEM_REQUIRE_FIXTURE(path);
+    Pair p = make_pair(path, model::KvType::kF16, 256, 128);
+    ASSERT_TRUE(p.gpu && p.cpu);
+    const auto tokens = prompt_tokens("long");
+    const int prefix = 40;
+    ASSERT_GE(tokens.size(), static_cast<size_t>(prefix + 64));
+    const std::vector<int32_t> all(tokens.begin(), tokens.begin() + prefix + 64);
+    ASSERT_TRUE(p.cpu->eval(all, true).ok());
+    std::vector<std::vector<float>> want, decoded;
+    for (int r = 0; r < prefix + 64; ++r) {
+      want.emplace_back(p.cpu->logits(r).begin(), p.cpu->logits(r).end());
+    }
+    ASSERT_TRUE(p.gpu->eval(std::span(all).first(prefix), false).ok());
+    p.gpu->checkpoint();
+    for (int r = prefix; r < prefix + 64; ++r) {
+      ASSERT_TRUE(p.gpu->eval(std::span(all).subspan(r, 1), false).ok());
+      decoded.emplace_back(p.gpu->logits().begin(), p.gpu->logits().end());
+    }
+    for (int n : {2, 3, 4, 5, 8, 13, 16, 32, 64}) {
+      p.gpu->restore();
+      ASSERT_TRUE(p.gpu->eval(std::span(all).subspan(prefix, n), true).ok());
+      for (int r = 0; r < n; ++r) {
+        const std::string what = std::string(name) + " n " + std::to_string(n) + " row " + std::to_string(r);
+        expect_rows_close(p.gpu->logits(r), want[prefix + r], what + " vs cpu");
+        expect_rows_close(p.gpu->logits(r), decoded[r], what + " vs decode");
+      }
+      EXPECT_EQ(p.gpu->n_past(), prefix + n);
+    }
+  }
+}
+
 // The 110-token prompt decoded token by token on a backend made with the given tuning matches
 // the one-tile prompt at every position, twice (the captured graphs are reused after reset()).
 void decode_matches_one_tile(const cuda::CudaTuning& tuning) {
@@ -267,6 +306,152 @@ TEST(CudaBackend, CheckpointRestoreIsExact) {
   ASSERT_TRUE(p.gpu->eval(std::span(prompt).first(60), false).ok());
   ASSERT_TRUE(p.gpu->eval(other, false).ok());
   expect_rows_close(p.gpu->logits(), got, "fresh vs restored", 1e-5, 0.0);
+}
+
+// Truncating a rejected draft tail leaves no trace: two backends that verified the same right
+// tokens followed by different wrong ones continue bit-identically after truncation, past the
+// ring (the spare slots keep the keys the window needs), through batched verification and
+// single-token decode alike.
+TEST(CudaBackend, TruncateLeavesNoTrace) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  Pair a = make_pair(path, model::KvType::kF16, 512, 16);
+  Pair b = make_pair(path, model::KvType::kF16, 512, 16);
+  ASSERT_TRUE(a.gpu && b.gpu);
+  const auto prompt = prompt_tokens("long");
+  for (Pair* p : {&a, &b}) ASSERT_TRUE(p->gpu->eval(std::span(prompt).first(50), false).ok());
+  int n_past = 50;
+  for (int accept : {3, 0, 7, 2}) {
+    std::vector<float> rows[2];
+    int k = 0;
+    for (Pair* p : {&a, &b}) {
+      std::vector<BatchRow> batch;
+      for (int i = 0; i < 8; ++i) {
+        const int32_t tok = i < accept ? prompt[n_past + i] : (prompt[n_past + i] + 11 + 7 * k + i) % 4096;
+        batch.push_back({0, n_past + i, tok, i + 1 == accept});
+      }
+      ASSERT_TRUE(p->gpu->eval_batch(batch).ok());
+      if (accept > 0) rows[k].assign(p->gpu->batch_logits(0).begin(), p->gpu->batch_logits(0).end());
+      ASSERT_TRUE(p->gpu->slot_truncate(0, n_past + accept).ok());
+      EXPECT_EQ(p->gpu->n_past(), n_past + accept);
+      ++k;
+    }
+    EXPECT_EQ(rows[0], rows[1]) << "accepted rows, accept " << accept;
+    n_past += accept;
+    // The bonus token, one decode step.
+    std::vector<float> next[2];
+    k = 0;
+    for (Pair* p : {&a, &b}) {
+      ASSERT_TRUE(p->gpu->eval(std::span(prompt).subspan(n_past, 1), false).ok());
+      next[k].assign(p->gpu->logits().begin(), p->gpu->logits().end());
+      ++k;
+    }
+    ASSERT_EQ(next[0], next[1]) << "after accepting " << accept;
+    ++n_past;
+  }
+  EXPECT_FALSE(a.gpu->slot_truncate(0, n_past - model::kRingSpare - 1).ok());
+  EXPECT_EQ(a.gpu->n_past(), n_past);
+  EXPECT_FALSE(a.gpu->slot_truncate(0, n_past + 1).ok());
+  EXPECT_FALSE(a.gpu->slot_truncate(1, 0).ok());
+}
+
+// Sequence slots on the GPU: four sequences at depths 10..70 with their prompts interleaved in
+// batches (runs of several slots per tile), then decode-shaped batches (one row per slot) and a
+// verify-shaped one (runs of two slots): every row within the type tolerance of the CPU
+// reference doing each sequence alone. A fork and a per-slot checkpoint are exact: a forked slot
+// and its source, or a restored slot and a fork taken at its checkpoint, give bit-identical rows
+// for the same tokens in one batch.
+TEST(CudaBackend, SequenceSlotsMatchOneSequenceEach) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  const int S = 4;
+  auto m = model::load_model(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  BackendOptions o;
+  o.n_ctx = 160;
+  o.kv_type = model::KvType::kF16;
+  o.n_tile = 96;  // prompt tiles through the cuBLAS path, decode batches through matmul_n
+  o.n_slots = S + 2;
+  auto made = make_cuda_backend(**m, o);
+  ASSERT_TRUE(made.ok()) << made.message();
+  Backend& gpu = **made;
+  const auto base = prompt_tokens("long");
+  std::vector<std::vector<int32_t>> seq(S);
+  std::vector<std::vector<std::vector<float>>> want(S);
+  std::vector<int> len(S);
+  for (int s = 0; s < S; ++s) {
+    len[s] = 10 + 20 * s;
+    for (int i = 0; i < len[s] + 12; ++i) seq[s].push_back(base[(7 * s + i) % base.size()]);
+    BackendOptions oc = o;
+    oc.n_slots = 1;
+    oc.reference = true;
+    auto cpu = cpu::make_cpu_backend(**m, oc);
+    ASSERT_TRUE(cpu.ok()) << cpu.message();
+    ASSERT_TRUE((*cpu)->eval(seq[s], true).ok());
+    for (size_t r = 0; r < seq[s].size(); ++r) {
+      want[s].emplace_back((*cpu)->logits(static_cast<int>(r)).begin(), (*cpu)->logits(static_cast<int>(r)).end());
+    }
+  }
+  std::vector<BatchRow> rows;
+  std::vector<int> done(S, 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (int s = 0; s < S; ++s) {
+      for (int i = 0; i < 5 && done[s] < len[s]; ++i, ++done[s]) {
+        rows.push_back({s, done[s], seq[s][done[s]], done[s] == len[s] - 1});
+      }
+      more = more || done[s] < len[s];
+    }
+  }
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  for (int s = 0; s < S; ++s) {
+    EXPECT_EQ(gpu.slot_n_past(s), len[s]);
+    expect_rows_close(gpu.batch_logits(s), want[s][len[s] - 1], "prompt end, slot " + std::to_string(s));
+  }
+  for (int step = 0; step < 4; ++step) {
+    rows.clear();
+    for (int s : {2, 0, 3, 1}) {
+      const int p = gpu.slot_n_past(s);
+      rows.push_back({s, p, seq[s][p], true});
+    }
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    for (int i = 0; i < S; ++i) {
+      expect_rows_close(gpu.batch_logits(i), want[rows[i].slot][rows[i].pos],
+                        "step " + std::to_string(step) + " slot " + std::to_string(rows[i].slot));
+    }
+  }
+  rows.clear();
+  const int p1 = gpu.slot_n_past(1), p3 = gpu.slot_n_past(3);
+  for (int i = 0; i < 5; ++i) {
+    rows.push_back({1, p1 + i, seq[1][p1 + i], true});
+    if (i < 3) rows.push_back({3, p3 + i, seq[3][p3 + i], true});
+  }
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    expect_rows_close(gpu.batch_logits(static_cast<int>(i)), want[rows[i].slot][rows[i].pos],
+                      "verify row " + std::to_string(i));
+  }
+
+  // Fork slot 3 into slot 4; checkpoint slot 3, wander past the ring, restore.
+  ASSERT_TRUE(gpu.slot_fork(3, 4).ok());
+  EXPECT_EQ(gpu.slot_n_past(4), gpu.slot_n_past(3));
+  gpu.slot_checkpoint(3);
+  rows.clear();
+  const int p = gpu.slot_n_past(3);
+  for (int i = 0; i < 60; ++i) rows.push_back({3, p + i, base[(i * 5) % base.size()], false});
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  gpu.slot_restore(3);
+  EXPECT_EQ(gpu.slot_n_past(3), p);
+  for (int i = 0; i < 6; ++i) {
+    rows = {{3, p + i, base[i], true}, {4, p + i, base[i], true}};
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    const auto a = gpu.batch_logits(0), b = gpu.batch_logits(1);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "row " << i;
+  }
+  EXPECT_FALSE(gpu.eval_batch(std::vector<BatchRow>{{S + 2, 0, 1, false}}).ok());
 }
 
 // A checkpoint whose journal cannot be allocated (forced by the tuning's test hook) loses the

@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/test_util.h"
+#include "model/model.h"
 
 namespace gem {
 namespace {
@@ -36,14 +38,17 @@ TEST(GemCli, SynthThenInspect) {
               "/data/gemma4-vocab.gguf -o " + path);
   ASSERT_EQ(s.rc, 0) << s.out;
   EXPECT_NE(s.out.find("86 tensors"), std::string::npos) << s.out;
-  CmdResult i = run_gem("inspect " + path + " -c 1000 --kv-type f16");
+  CmdResult i = run_gem("inspect " + path + " -c 1000 --kv-type f16 --parallel 3");
   ASSERT_EQ(i.rc, 0) << i.out;
   EXPECT_NE(i.out.find("profile test"), std::string::npos) << i.out;
   EXPECT_NE(i.out.find("layers 6 (5 sliding, 1 full)"), std::string::npos) << i.out;
   EXPECT_NE(i.out.find("F32      86 tensors"), std::string::npos) << i.out;
-  // tiny6 at 1000 tokens, F16: 5 sliding x 2 x 4 x 32 x 8 slots + 1 full x 2 x 2 x 64 x 1000, x 2 bytes.
-  const unsigned long long kv = 2ull * (5 * 2 * 4 * 32 * 8 + 2 * 2 * 64 * 1000);
+  // tiny6 at 1000 tokens, F16: 5 sliding x 2 x 4 x 32 x (8 + spare) ring slots + 1 full x 2 x 2
+  // x 64 x 1000, x 2 bytes; three sequence slots hold three caches.
+  const unsigned long long kv = 2ull * (5 * 2 * 4 * 32 * (8 + model::kRingSpare) + 2 * 2 * 64 * 1000);
   EXPECT_NE(i.out.find("at -c 1000: " + std::to_string(kv) + " B"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("at -c 1000 --parallel 3 (one cache per sequence slot): " + std::to_string(3 * kv) + " B"),
+            std::string::npos) << i.out;
 }
 
 TEST(GemCli, InspectRejectsTheAssistantWithTheReason) {
@@ -65,6 +70,25 @@ TEST(GemCli, BenchShortDecodeFitsItsContext) {
   CmdResult b = run_gem("bench -m " + path + " -p 0 -n 2 -r 1 --backend cpu -t 1");
   ASSERT_EQ(b.rc, 0) << b.out;
   EXPECT_NE(b.out.find("| tg2 |"), std::string::npos) << b.out;
+}
+
+// The batched mode reports llama-batched-bench's columns, one row per sequence count, with the
+// token counts it ran (N_KV = B·(PP+TG)); it refuses a depth.
+TEST(GemCli, BenchBatchedModeRunsEverySequenceCount) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::fixture("tiny6-f32.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  CmdResult b = run_gem("bench -m " + path + " -p 12 -n 3 --parallel 1,3 --backend cpu -t 1 -o json");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const auto j = nlohmann::json::parse(b.out.substr(b.out.find('[')));
+  ASSERT_EQ(j.size(), 2u) << b.out;
+  EXPECT_EQ(j[0]["pl"], 1);
+  EXPECT_EQ(j[1]["pl"], 3);
+  EXPECT_EQ(j[1]["n_kv"], 3 * (12 + 3));
+  EXPECT_GT(j[1]["speed_tg"].get<double>(), 0.0);
+  CmdResult d = run_gem("bench -m " + path + " -p 12 -n 3 -d 5 --parallel 2 --backend cpu");
+  EXPECT_NE(d.rc, 0);
+  EXPECT_NE(d.out.find("--parallel takes one -p and one -n value and no depth"), std::string::npos) << d.out;
 }
 
 TEST(GemCli, SynthWithAMissingVocabularyFails) {

@@ -198,12 +198,19 @@ TEST(KvPlan, F16FullAt128KMatchesTheDesignFigures) {
   auto m12 = load_ok(test::sparse_model("12b"));
   auto m31 = load_ok(test::sparse_model("31b"));
   ASSERT_TRUE(m12 && m31);
-  EXPECT_EQ(kv_cache_bytes(m31->plan, 131072, KvType::kF16Full), 12415139840ull);
-  EXPECT_EQ(kv_cache_bytes(m12->plan, 131072, KvType::kF16Full), 2818572288ull);
+  // The design's figures hold rings of exactly the window (1024); gem's rings add kRingSpare
+  // slots (f32 in F16-full) so a sequence can be truncated.
+  const uint64_t spare31 = 50ull * 2 * 16 * 256 * kRingSpare * 4;
+  const uint64_t spare12 = 40ull * 2 * 8 * 256 * kRingSpare * 4;
+  EXPECT_EQ(kv_cache_bytes(m31->plan, 131072, KvType::kF16Full), 12415139840ull + spare31);
+  EXPECT_EQ(kv_cache_bytes(m12->plan, 131072, KvType::kF16Full), 2818572288ull + spare12);
+  EXPECT_EQ(kv_cache_bytes(m12->plan, 131072, KvType::kF16Full, 4),
+            4 * kv_cache_bytes(m12->plan, 131072, KvType::kF16Full));
   // F32 and F16 the same way: 2 (K,V) x kv_heads x head_dim x slots x bytes per layer.
-  // 31B: 50 sliding x 16 x 256 x 1024 ring slots, 10 full x 4 x 512 x 131072 slots.
-  const uint64_t s31 = 50ull * 2 * 16 * 256 * 1024, f31 = 10ull * 2 * 4 * 512 * 131072;
-  const uint64_t s12 = 40ull * 2 * 8 * 256 * 1024, f12 = 8ull * 2 * 1 * 512 * 131072;
+  // 31B: 50 sliding x 16 x 256 x (1024 + spare) ring slots, 10 full x 4 x 512 x 131072 slots.
+  const uint64_t ring = 1024 + kRingSpare;
+  const uint64_t s31 = 50ull * 2 * 16 * 256 * ring, f31 = 10ull * 2 * 4 * 512 * 131072;
+  const uint64_t s12 = 40ull * 2 * 8 * 256 * ring, f12 = 8ull * 2 * 1 * 512 * 131072;
   EXPECT_EQ(kv_cache_bytes(m31->plan, 131072, KvType::kF32), 4 * (s31 + f31));
   EXPECT_EQ(kv_cache_bytes(m31->plan, 131072, KvType::kF16), 2 * (s31 + f31));
   EXPECT_EQ(kv_cache_bytes(m12->plan, 131072, KvType::kF32), 4 * (s12 + f12));
@@ -222,10 +229,11 @@ TEST(KvPlan, SlidingRingIsTheWindowWhateverTheContext) {
   f.n_kv_heads = 1;
   f.head_dim = 512;
   f.window = 0;
+  const uint64_t ring = 1024 + kRingSpare;
   for (int ctx : {1, 100, 1024, 5000}) {
-    EXPECT_EQ(kv_layer_bytes(s, ctx, KvType::kF32), 2ull * 8 * 256 * 1024 * 4) << ctx;
-    EXPECT_EQ(kv_layer_bytes(s, ctx, KvType::kF16), 2ull * 8 * 256 * 1024 * 2) << ctx;
-    EXPECT_EQ(kv_layer_bytes(s, ctx, KvType::kF16Full), 2ull * 8 * 256 * 1024 * 4) << ctx;
+    EXPECT_EQ(kv_layer_bytes(s, ctx, KvType::kF32), 2ull * 8 * 256 * ring * 4) << ctx;
+    EXPECT_EQ(kv_layer_bytes(s, ctx, KvType::kF16), 2ull * 8 * 256 * ring * 2) << ctx;
+    EXPECT_EQ(kv_layer_bytes(s, ctx, KvType::kF16Full), 2ull * 8 * 256 * ring * 4) << ctx;
     EXPECT_EQ(kv_layer_bytes(f, ctx, KvType::kF32), 2ull * 512 * ctx * 4) << ctx;
     EXPECT_EQ(kv_layer_bytes(f, ctx, KvType::kF16Full), 2ull * 512 * ctx * 2) << ctx;
   }

@@ -313,6 +313,20 @@ TEST(Server, LengthStopStringsThinkingAndToolChoice) {
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["completion_tokens"], 3);
 
+  // ignore_eos (llama-server's field) generates through the script's end of turn to the limit.
+  r = post_json(c, "/v1/chat/completions", with(base, {{"max_tokens", 40}}), &status);
+  ASSERT_EQ(status, 200) << r;
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 40);
+  r = post_json(c, "/v1/chat/completions", with(base, {{"max_tokens", 40}, {"ignore_eos", true}}),
+                &status);
+  ASSERT_EQ(status, 200) << r;
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["completion_tokens"], 40);
+  r = post_json(c, "/v1/chat/completions", with(base, {{"ignore_eos", 1}}), &status);
+  EXPECT_EQ(status, 400) << r;
+  EXPECT_NE(r.dump().find("ignore_eos"), std::string::npos) << r;
+
   r = post_json(c, "/v1/chat/completions", with(base, {{"stop", {"four", "xyz"}}}), &status);
   ASSERT_EQ(status, 200) << r;
   EXPECT_EQ(r["choices"][0]["message"]["content"], "one two three ");

@@ -3,12 +3,14 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/forward_cpu.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/profile.h"
 
 namespace gem::cpu {
 namespace {
@@ -19,23 +21,29 @@ class CpuBackend final : public Backend {
       : model_(model),
         options_(options),
         pool_(options.n_threads),
-        kv_(model.plan, options.n_ctx, options.kv_type),
         forward_(model, options.n_ctx, options.n_tile, options.reference, pool_) {
+    slots_.resize(options.n_slots);
+    for (Slot& s : slots_) {
+      s.kv = std::make_unique<KvCache>(model.plan, options.n_ctx, options.kv_type);
+    }
     // One row of logits up front: decoding never allocates.
     logits_.resize(model.config.n_vocab);
   }
 
   std::string_view name() const override { return options_.reference ? "cpu-reference" : "cpu"; }
   const BackendOptions& options() const override { return options_; }
-  int n_past() const override { return n_past_; }
+  int n_past() const override { return slots_[0].n_past; }
+  int slot_n_past(int slot) const override { return slots_.at(slot).n_past; }
 
   Status eval(std::span<const int32_t> tokens, bool all_logits, const TileCallback& on_tile) override {
     const int n = static_cast<int>(tokens.size());
     const int n_vocab = model_.config.n_vocab;
     n_logit_rows_ = 0;
+    batch_rows_ = 0;
+    Slot& slot = slots_[0];
     if (n == 0) return Status::error("eval: no tokens given (expected at least 1)");
-    if (static_cast<int64_t>(n_past_) + n > options_.n_ctx) {
-      return errorf("eval: context full: %d cached + %d new tokens > n_ctx %d", n_past_, n,
+    if (static_cast<int64_t>(slot.n_past) + n > options_.n_ctx) {
+      return errorf("eval: context full: %d cached + %d new tokens > n_ctx %d", slot.n_past, n,
                     options_.n_ctx);
     }
     for (int i = 0; i < n; ++i) {
@@ -61,12 +69,12 @@ class CpuBackend final : public Backend {
         first_row = m - 1;
         out = logits_.data();
       }
-      forward_.forward_tile(tokens.data() + done, m, n_past_, kv_, first_row, out);
-      n_past_ += m;
+      forward_.forward_tile(tokens.data() + done, m, slot.n_past, *slot.kv, first_row, out);
+      slot.n_past += m;
       done += m;
       // A callback that declines after the last tile has nothing left to cancel.
       if (on_tile && !on_tile(done, n) && !last_tile) {
-        return cancelledf("cancelled after %d of %d tokens (n_past %d)", done, n, n_past_);
+        return cancelledf("cancelled after %d of %d tokens (n_past %d)", done, n, slot.n_past);
       }
     }
     n_logit_rows_ = rows;
@@ -90,46 +98,166 @@ class CpuBackend final : public Backend {
     return {logits_.data() + index * n_vocab, n_vocab};
   }
 
-  void checkpoint() override {
-    checkpoint_n_past_ = n_past_;
-    has_checkpoint_ = true;
-    kv_.checkpoint();
+  Status eval_batch(std::span<const BatchRow> rows) override {
+    const int n_vocab = model_.config.n_vocab;
+    n_logit_rows_ = 0;
+    batch_rows_ = 0;
+    if (Status st = validate_batch(rows, n_vocab, &ends_); !st.ok()) return st;
+    int wanted = 0;
+    for (const BatchRow& r : rows) wanted += r.logits ? 1 : 0;
+    if (logits_.size() < static_cast<size_t>(wanted) * n_vocab) {
+      logits_.resize(static_cast<size_t>(wanted) * n_vocab);
+    }
+    const int n = static_cast<int>(rows.size());
+    int n_out = 0;
+    for (int done = 0; done < n;) {
+      const int m = std::min(options_.n_tile, n - done);
+      tokens_.clear();
+      runs_.clear();
+      logit_rows_.clear();
+      for (int i = 0; i < m; ++i) {
+        const BatchRow& r = rows[done + i];
+        tokens_.push_back(r.token);
+        if (r.logits) logit_rows_.push_back(i);
+        Slot& slot = slots_[r.slot];
+        // A row continues the previous run when it is the next position of the same slot.
+        if (!runs_.empty() && runs_.back().kv == slot.kv.get() &&
+            runs_.back().pos0 + runs_.back().n == r.pos) {
+          ++runs_.back().n;
+        } else {
+          runs_.push_back(SeqRun{slot.kv.get(), r.pos, i, 1});
+        }
+      }
+      forward_.forward_rows(tokens_.data(), m, runs_, logit_rows_,
+                            logits_.data() + static_cast<size_t>(n_out) * n_vocab);
+      n_out += static_cast<int>(logit_rows_.size());
+      for (int i = 0; i < m; ++i) slots_[rows[done + i].slot].n_past = rows[done + i].pos + 1;
+      done += m;
+    }
+    batch_rows_ = n_out;
+    return ok_status();
   }
 
-  void restore() override {
-    if (!has_checkpoint_) return;
-    kv_.restore();
-    n_past_ = checkpoint_n_past_;  // full layers need only this: later slots are rewritten
-    n_logit_rows_ = 0;
+  std::span<const float> batch_logits(int i) override {
+    if (i < 0 || i >= batch_rows_) return {};
+    const size_t n_vocab = model_.config.n_vocab;
+    return {logits_.data() + static_cast<size_t>(i) * n_vocab, n_vocab};
   }
 
-  void reset() override {
-    kv_.reset();
-    n_past_ = 0;
-    has_checkpoint_ = false;
+  void checkpoint() override { slot_checkpoint(0); }
+  void restore() override { slot_restore(0); }
+  void reset() override { slot_reset(0); }
+
+  void slot_checkpoint(int slot) override {
+    Slot& s = slots_.at(slot);
+    s.checkpoint_n_past = s.n_past;
+    s.has_checkpoint = true;
+    s.kv->checkpoint();
+  }
+
+  void slot_restore(int slot) override {
+    Slot& s = slots_.at(slot);
+    if (!s.has_checkpoint) return;
+    s.kv->restore();
+    s.n_past = s.checkpoint_n_past;  // full layers need only this: later slots are rewritten
     n_logit_rows_ = 0;
+    batch_rows_ = 0;
+  }
+
+  void slot_reset(int slot) override {
+    Slot& s = slots_.at(slot);
+    s.kv->reset();
+    s.n_past = 0;
+    s.has_checkpoint = false;
+    n_logit_rows_ = 0;
+    batch_rows_ = 0;
+  }
+
+  Status slot_truncate(int slot, int n_past) override {
+    if (slot < 0 || slot >= options_.n_slots) {
+      return errorf("truncate: slot %d outside [0, %d)", slot, options_.n_slots);
+    }
+    Slot& s = slots_[slot];
+    if (n_past < 0 || n_past > s.n_past) {
+      return errorf("truncate: slot %d to %d positions, expected 0..%d (its n_past)", slot, n_past,
+                    s.n_past);
+    }
+    if (s.n_past - n_past > model::kRingSpare && has_ring()) {
+      return errorf("truncate: slot %d by %d positions, at most %d (the sliding rings' spare "
+                    "slots); restore a checkpoint or reset instead",
+                    slot, s.n_past - n_past, model::kRingSpare);
+    }
+    s.kv->truncate(n_past);
+    s.n_past = n_past;
+    n_logit_rows_ = 0;
+    batch_rows_ = 0;
+    return ok_status();
+  }
+
+  Status slot_fork(int src, int dst) override {
+    if (src < 0 || src >= options_.n_slots || dst < 0 || dst >= options_.n_slots) {
+      return errorf("fork: slots %d -> %d, expected both in [0, %d)", src, dst, options_.n_slots);
+    }
+    if (src == dst) return ok_status();
+    Slot& d = slots_[dst];
+    d.kv->copy_from(*slots_[src].kv, slots_[src].n_past);
+    d.n_past = slots_[src].n_past;
+    d.has_checkpoint = false;
+    return ok_status();
+  }
+
+  Status set_stage_profiler(StageProfiler* profiler) override {
+    if (profiler != nullptr) {
+      if (profiler->timing() != "auto") {
+        return errorf("cpu backend: stage timing '%s' is not one of its ways (auto: the steady "
+                      "clock at every stage boundary)", profiler->timing().c_str());
+      }
+      profiler->set_method(std::string(name()) +
+                           ": steady clock at each stage boundary (the thread pool joins there)");
+    }
+    forward_.set_profiler(profiler);
+    return ok_status();
   }
 
   void set_tap(TapFn tap) { forward_.set_tap(std::move(tap)); }
 
   CpuBackendMemory memory() const {
-    return {kv_.bytes(), forward_.activations().bytes() + logits_.capacity() * sizeof(float),
+    uint64_t kv = 0;
+    for (const Slot& s : slots_) kv += s.kv->bytes();
+    return {kv, forward_.activations().bytes() + logits_.capacity() * sizeof(float),
             forward_.packed() != nullptr ? forward_.packed()->bytes() : 0};
   }
 
  private:
+  struct Slot {
+    std::unique_ptr<KvCache> kv;
+    int n_past = 0;
+    int checkpoint_n_past = 0;
+    bool has_checkpoint = false;
+  };
+
+  bool has_ring() const {
+    for (const model::LayerPlan& p : model_.plan) {
+      if (p.kind == model::AttnKind::kSliding) return true;
+    }
+    return false;
+  }
+
   const model::Model& model_;
   BackendOptions options_;
   ThreadPool pool_;
-  KvCache kv_;
   ForwardCpu forward_;
-  std::vector<float> logits_;  // [rows, n_vocab] of the last eval
-  int n_past_ = 0;
-  int n_logit_rows_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<float> logits_;  // [rows, n_vocab] of the last eval or eval_batch
+  int n_logit_rows_ = 0;       // eval()
   int n_eval_ = 0;
   bool all_logits_ = false;
-  int checkpoint_n_past_ = 0;
-  bool has_checkpoint_ = false;
+  int batch_rows_ = 0;         // eval_batch(): logit rows held
+  // eval_batch's per-tile lists, reused.
+  std::vector<int> ends_;
+  std::vector<int32_t> tokens_;
+  std::vector<SeqRun> runs_;
+  std::vector<int> logit_rows_;
 };
 
 }  // namespace
@@ -138,6 +266,9 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::Model& model,
                                                   const BackendOptions& options) {
   if (options.n_ctx <= 0) return errorf("cpu backend: n_ctx %d, expected > 0", options.n_ctx);
   if (options.n_tile <= 0) return errorf("cpu backend: n_tile %d, expected > 0", options.n_tile);
+  if (options.n_slots <= 0) {
+    return errorf("cpu backend: n_slots %d, expected > 0 (-np/--parallel)", options.n_slots);
+  }
   if (options.n_threads < 0) {
     return errorf("cpu backend: n_threads %d, expected >= 0 (0 = all)", options.n_threads);
   }

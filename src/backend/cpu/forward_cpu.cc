@@ -33,7 +33,9 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
     max_kv_heads = std::max(max_kv_heads, p.n_kv_heads);
     min_kv_heads = std::min(min_kv_heads, p.n_kv_heads);
     // Keys one query can face: the cached ones (ring or 0..n_ctx) plus the tile's own.
-    max_keys = std::max(max_keys, (p.kind == model::AttnKind::kSliding ? p.window : n_ctx) + n_tile);
+    max_keys = std::max(max_keys, (p.kind == model::AttnKind::kSliding ? model::kv_ring_slots(p.window)
+                                                                        : n_ctx) +
+                                       n_tile);
     // Full layers: proportional RoPE through rope_freqs (1e30 = a pair that does not rotate).
     const float* freq_factors = p.kind == model::AttnKind::kFull && model.weights.rope_freqs.present()
                                     ? model.weights.rope_freqs.f32()
@@ -53,7 +55,7 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
   act_.up.resize(t * cfg_.n_ff);
   act_.pos.resize(t);
   if (const char* env = std::getenv("GEM_CPU_PROFILE"); env != nullptr && env[0] == '1') {
-    profile_ = true;
+    env_profiler_ = std::make_unique<StageProfiler>();
   }
   if (!reference_ && repack_enabled()) {
     const double t0 = now_seconds();
@@ -76,30 +78,29 @@ void ForwardCpu::tap(int layer, std::string_view name, const float* data, int n_
   if (tap_) tap_(layer, name, data, n_tokens, width);
 }
 
-void ForwardCpu::lap(std::string_view name) {
-  if (!profiling_) return;
+void ForwardCpu::stage_end(Stage s, int layer) {
   const double now = now_seconds();
-  auto it = std::find_if(profile_seconds_.begin(), profile_seconds_.end(),
-                         [&](const auto& e) { return e.first == name; });
-  if (it == profile_seconds_.end()) {
-    profile_seconds_.emplace_back(name, 0.0);
-    it = profile_seconds_.end() - 1;
-  }
-  it->second += now - lap_start_;
-  lap_start_ = now;
+  tile_profiler_->add(s, layer, now - stage_start_);
+  stage_start_ = now;
 }
 
 void ForwardCpu::print_profile(int n_tokens) {
+  double seconds[kStageCount] = {};
   double total = 0.0;
-  for (const auto& e : profile_seconds_) total += e.second;
+  for (const StageProfiler::Record& r : env_profiler_->records()) {
+    seconds[static_cast<int>(r.stage)] += r.seconds;
+    total += r.seconds;
+  }
+  env_profiler_->clear();
   const double quantize = matmul_quantize_seconds();
   std::fprintf(stderr, "profile: tile of %d tokens, %.3f s (quantize_x in matmul %.3f s)\n",
                n_tokens, total, quantize);
-  for (const auto& e : profile_seconds_) {
-    std::fprintf(stderr, "profile: %-14.*s %8.3f s %5.1f%%\n", static_cast<int>(e.first.size()),
-                 e.first.data(), e.second, total > 0.0 ? 100.0 * e.second / total : 0.0);
+  for (int i = 0; i < kStageCount; ++i) {
+    if (seconds[i] == 0.0) continue;
+    const std::string_view name = stage_name(static_cast<Stage>(i));
+    std::fprintf(stderr, "profile: %-14.*s %8.3f s %5.1f%%\n", static_cast<int>(name.size()),
+                 name.data(), seconds[i], total > 0.0 ? 100.0 * seconds[i] / total : 0.0);
   }
-  profile_seconds_.clear();
 }
 
 void ForwardCpu::linear(const model::TensorView& w, const float* x, int n_tokens, float* y) {
@@ -143,16 +144,36 @@ void ForwardCpu::norm(const float* x, const float* w, int64_t n_rows, int n_cols
 
 void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvCache& kv,
                               int first_logit_row, float* logits) {
+  const SeqRun run{&kv, pos0, 0, n_tokens};
+  int rows[1] = {first_logit_row};
+  std::vector<int> many;
+  std::span<const int> logit_rows;
+  if (first_logit_row == n_tokens - 1) {
+    logit_rows = rows;
+  } else if (first_logit_row < n_tokens) {
+    for (int r = first_logit_row; r < n_tokens; ++r) many.push_back(r);
+    logit_rows = many;
+  }
+  forward_rows(tokens, n_tokens, {&run, 1}, logit_rows, logits);
+}
+
+void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<const SeqRun> runs,
+                              std::span<const int> logit_rows, float* logits) {
   GEM_CHECK(n_tokens > 0 && n_tokens <= n_tile_, "tile of %d tokens, n_tile %d", n_tokens, n_tile_);
   const int n_embd = cfg_.n_embd;
   float* x = act_.x.data();
-  const bool profile_tile = profile_ && n_tokens >= 2;
-  profiling_ = profile_tile;
-  if (profile_tile) {
-    lap_start_ = now_seconds();
-    matmul_quantize_seconds(/*reset=*/true);
+  const bool print_tile = profiler_ == nullptr && env_profiler_ && n_tokens >= 2;
+  tile_profiler_ = profiler_ != nullptr ? profiler_ : print_tile ? env_profiler_.get() : nullptr;
+  if (tile_profiler_ != nullptr) stage_start_ = now_seconds();
+  if (print_tile) matmul_quantize_seconds(/*reset=*/true);
+  int covered = 0;
+  for (const SeqRun& r : runs) {
+    GEM_CHECK(r.row0 == covered && r.n > 0, "run at row %d of %d rows, expected row %d", r.row0,
+              r.n, covered);
+    for (int t = 0; t < r.n; ++t) act_.pos[r.row0 + t] = r.pos0 + t;
+    covered += r.n;
   }
-  for (int t = 0; t < n_tokens; ++t) act_.pos[t] = pos0 + t;
+  GEM_CHECK(covered == n_tokens, "runs cover %d of %d rows", covered, n_tokens);
 
   // Embedding: the token_embd row times sqrtf(n_embd), in f32 as llama.cpp does.
   const float embd_scale = std::sqrt(static_cast<float>(n_embd));
@@ -162,20 +183,31 @@ void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvC
     for (int i = 0; i < n_embd; ++i) xt[i] *= embd_scale;
   }
   tap(-1, "embd", x, n_tokens, n_embd);
-  lap("embd");
+  stage(Stage::kEmbed, -1);
 
-  for (int layer = 0; layer < cfg_.n_layers; ++layer) forward_layer(layer, n_tokens, pos0, kv);
+  for (int layer = 0; layer < cfg_.n_layers; ++layer) forward_layer(layer, n_tokens, runs);
 
   // Head: final norm and the tied token_embd, only for the rows whose logits are wanted (it is
   // the largest matmul of the model).
-  const int n_rows = n_tokens - first_logit_row;
-  if (n_rows <= 0) {
-    if (profile_tile) print_profile(n_tokens);
+  const int n_rows = static_cast<int>(logit_rows.size());
+  if (n_rows == 0) {
+    if (print_tile) print_profile(n_tokens);
     return;
   }
   float* h = act_.h.data();
-  norm(x + static_cast<int64_t>(first_logit_row) * n_embd, model_.weights.output_norm.f32(), n_rows,
-       n_embd, h);
+  // The wanted rows are contiguous in the common cases (the last row; every row from one on).
+  const bool contiguous = logit_rows.back() - logit_rows.front() == n_rows - 1;
+  if (contiguous) {
+    norm(x + static_cast<int64_t>(logit_rows.front()) * n_embd, model_.weights.output_norm.f32(),
+         n_rows, n_embd, h);
+  } else {
+    for (int i = 0; i < n_rows; ++i) {
+      GEM_CHECK(logit_rows[i] >= 0 && logit_rows[i] < n_tokens && (i == 0 || logit_rows[i] > logit_rows[i - 1]),
+                "logit rows must ascend within the tile");
+      norm(x + static_cast<int64_t>(logit_rows[i]) * n_embd, model_.weights.output_norm.f32(), 1,
+           n_embd, h + static_cast<int64_t>(i) * n_embd);
+    }
+  }
   tap(-1, "result_norm", h, n_rows, n_embd);
   linear(model_.weights.token_embd, h, n_rows, logits);
   if (cfg_.final_logit_softcap > 0.0f) {
@@ -189,11 +221,11 @@ void ForwardCpu::forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvC
       });
     }
   }
-  lap("head");
-  if (profile_tile) print_profile(n_tokens);
+  stage(Stage::kHead, -1);
+  if (print_tile) print_profile(n_tokens);
 }
 
-void ForwardCpu::forward_layer(int layer, int n_tokens, int pos0, KvCache& kv) {
+void ForwardCpu::forward_layer(int layer, int n_tokens, std::span<const SeqRun> runs) {
   // This layer's facts and weights.
   const model::LayerPlan& p = model_.plan[layer];
   const model::LayerWeights& w = model_.weights.layers[layer];
@@ -219,80 +251,84 @@ void ForwardCpu::forward_layer(int layer, int n_tokens, int pos0, KvCache& kv) {
   // Attention block.
   norm(x, w.attn_norm.f32(), n, n_embd, h);
   tap(layer, "attn_norm", h, n_tokens, n_embd);
-  lap("norms+add");
+  stage(Stage::kNorm, layer);
   linear(w.attn_q, h, n_tokens, q);
-  lap("attn_q");
   linear(w.attn_k, h, n_tokens, k);
-  lap("attn_k/v");
   if (p.v_from_k) {
     // Full layers: V is the raw K projection, forked before the K norm and RoPE.
     std::memcpy(v, k, sizeof(float) * n * kv_width);
   } else {
     linear(w.attn_v, h, n_tokens, v);
   }
-  lap("attn_k/v");
+  stage(Stage::kQkv, layer);
   norm(q, w.attn_q_norm.f32(), n * p.n_heads, head_dim, q);
   norm(k, w.attn_k_norm.f32(), n * p.n_kv_heads, head_dim, k);
   norm(v, nullptr, n * p.n_kv_heads, head_dim, v);  // V norm without weight, every layer
-  lap("norms+add");
+  stage(Stage::kNorm, layer);
   rope_neox(q, n, p.n_heads, head_dim, pos, inv_freq_[layer].data());
   rope_neox(k, n, p.n_kv_heads, head_dim, pos, inv_freq_[layer].data());
   tap(layer, "q_rope", q, n_tokens, q_width);
-  lap("rope");
-  const KvCache::Layer& cache = kv.layer(layer);
-  if (cache.f16) {
+  stage(Stage::kRope, layer);
+  if (runs.front().kv->layer(layer).f16) {
     // The tile attends to its own K/V as the cache will hand them back later, so a tiled prompt
     // and token-by-token decoding see the same values.
     round_to_f16(k, n * kv_width);
     round_to_f16(v, n * kv_width);
   }
-  lap("round_f16");
-  // Keys: the cached positions < pos0 (read before this tile overwrites any ring slot), then the
-  // tile's own, [n, n_kv_heads, head_dim].
-  KvSegment tile_kv;
-  tile_kv.k = k;
-  tile_kv.v = v;
-  tile_kv.head_stride = head_dim;
-  tile_kv.slot_stride = kv_width;
-  tile_kv.pos_base = pos0;
-  tile_kv.n_slots = n_tokens;
-  const KvSegment segments[2] = {kv.segment(layer, pos0), tile_kv};
-  if (reference_) {
-    attention(q, pos, n_tokens, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f, segments, attn);
-  } else {
-    attention_fast(q, pos, n_tokens, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f, segments,
-                   attn, pool_, act_.attn_scratch);
+  stage(Stage::kKvWrite, layer);
+  // Each run in order: keys are its sequence's cached positions < pos0 (read before the run
+  // overwrites any ring slot), then the run's own, [n, n_kv_heads, head_dim].
+  for (const SeqRun& r : runs) {
+    const int64_t o = r.row0;
+    KvSegment run_kv;
+    run_kv.k = k + o * kv_width;
+    run_kv.v = v + o * kv_width;
+    run_kv.head_stride = head_dim;
+    run_kv.slot_stride = kv_width;
+    run_kv.pos_base = r.pos0;
+    run_kv.n_slots = r.n;
+    const KvSegment segments[2] = {r.kv->segment(layer, r.pos0), run_kv};
+    if (reference_) {
+      attention(q + o * q_width, pos + o, r.n, p.n_heads, p.n_kv_heads, head_dim, p.window, 1.0f,
+                segments, attn + o * q_width);
+    } else {
+      attention_fast(q + o * q_width, pos + o, r.n, p.n_heads, p.n_kv_heads, head_dim, p.window,
+                     1.0f, segments, attn + o * q_width, pool_, act_.attn_scratch);
+    }
+    stage(Stage::kAttention, layer);
+    r.kv->write(layer, r.pos0, r.n, k + o * kv_width, v + o * kv_width);
+    stage(Stage::kKvWrite, layer);
   }
-  lap(p.kind == model::AttnKind::kSliding ? "attn_sliding" : "attn_full");
-  kv.write(layer, pos0, n_tokens, k, v);
-  lap("kv_write");
   linear(w.attn_output, attn, n_tokens, proj);
-  lap("attn_output");
+  stage(Stage::kAttnOut, layer);
   norm(proj, w.post_attention_norm.f32(), n, n_embd, proj);
+  stage(Stage::kNorm, layer);
   add(x, proj, n * n_embd);
   tap(layer, "attn_out", x, n_tokens, n_embd);
+  stage(Stage::kEpilogue, layer);
 
   // Feed-forward block.
   norm(x, w.ffn_norm.f32(), n, n_embd, h);
-  lap("norms+add");
+  stage(Stage::kNorm, layer);
   linear(w.ffn_gate, h, n_tokens, gate);
   linear(w.ffn_up, h, n_tokens, up);
-  lap("ffn_gate/up");
+  stage(Stage::kFfnGateUp, layer);
   if (reference_) {
     gelu_tanh_mul(gate, up, n * n_ff);
   } else {
     gelu_tanh_mul_fast(gate, up, n * n_ff, pool_);
   }
-  lap("gelu");
+  stage(Stage::kGelu, layer);
   linear(w.ffn_down, gate, n_tokens, proj);
-  lap("ffn_down");
+  stage(Stage::kFfnDown, layer);
   norm(proj, w.post_ffw_norm.f32(), n, n_embd, proj);
   tap(layer, "ffn_out", proj, n_tokens, n_embd);
+  stage(Stage::kNorm, layer);
   add(x, proj, n * n_embd);
   // layer_output_scale multiplies the whole residual stream, not only the branch.
   scale(x, n * n_embd, w.layer_output_scale.f32()[0]);
   tap(layer, "out", x, n_tokens, n_embd);
-  lap("norms+add");
+  stage(Stage::kEpilogue, layer);
 }
 
 }  // namespace gem::cpu

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "backend/cpu/ops_fast.h"
 #include "backend/cpu/packed.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/profile.h"
 #include "model/model.h"
 
 namespace gem::cpu {
@@ -41,6 +43,14 @@ struct Activations {
 using TapFn = std::function<void(int layer, std::string_view name, const float* data,
                                  int n_tokens, int width)>;
 
+// Rows [row0, row0 + n) of a tile that continue one sequence's cache `kv` at positions pos0...
+struct SeqRun {
+  KvCache* kv = nullptr;
+  int pos0 = 0;
+  int row0 = 0;
+  int n = 0;
+};
+
 class ForwardCpu {
  public:
   // pool runs the parallel loops of both flavours (the reference uses it only over matrix rows).
@@ -52,23 +62,36 @@ class ForwardCpu {
   // first_logit_row == n_tokens.
   void forward_tile(const int32_t* tokens, int n_tokens, int pos0, KvCache& kv,
                     int first_logit_row, float* logits);
+  // The batched form: tokens[0..n_tokens) are the rows of `runs` (which cover them in order, each
+  // over its own sequence's cache); every run attends to its cache and its own rows, runs of one
+  // cache see the earlier ones' K/V. Logits of the rows in logit_rows (ascending) into logits
+  // ([logit_rows.size(), n_vocab]).
+  void forward_rows(const int32_t* tokens, int n_tokens, std::span<const SeqRun> runs,
+                    std::span<const int> logit_rows, float* logits);
 
   const Activations& activations() const { return act_; }
   // The fast path's packed weight copy (packed.h), or null (reference, GEM_CPU_REPACK=0, no
   // x86 SIMD path, or nothing packable).
   const PackedWeights* packed() const { return packed_.get(); }
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
+  // Stage times of every forward_tile go to `profiler` (backend/profile.h); null = off.
+  void set_profiler(StageProfiler* profiler) { profiler_ = profiler; }
 
  private:
-  void forward_layer(int layer, int n_tokens, int pos0, KvCache& kv);
+  void forward_layer(int layer, int n_tokens, std::span<const SeqRun> runs);
   // The ops, dispatched to the reference or the fast flavour.
   void linear(const model::TensorView& w, const float* x, int n_tokens, float* y);
   void norm(const float* x, const float* w, int64_t n_rows, int n_cols, float* y);
   void tap(int layer, std::string_view name, const float* data, int n_tokens, int width);
-  // GEM_CPU_PROFILE=1 in the environment: wall time per op, summed over a tile's layers and
-  // printed to stderr after each forward_tile of at least 2 tokens. lap(name) charges the time
-  // since the previous lap to `name`. Off: one branch per op.
-  void lap(std::string_view name);
+  // A stage boundary: the wall time since the previous one goes to (stage, layer) of this
+  // tile's profiler. The thread pool joins at the end of every parallel op, so the work before
+  // a boundary is done when it is reached. Off: one branch.
+  void stage(Stage s, int layer) {
+    if (tile_profiler_ != nullptr) stage_end(s, layer);
+  }
+  void stage_end(Stage s, int layer);
+  // GEM_CPU_PROFILE=1 in the environment (and no profiler set): the stage times of every
+  // forward_tile of at least 2 tokens, summed over its layers, printed to stderr.
   void print_profile(int n_tokens);
 
   const model::Model& model_;
@@ -80,10 +103,10 @@ class ForwardCpu {
   std::unique_ptr<PackedWeights> packed_;
   std::vector<std::vector<double>> inv_freq_;  // [n_layers][head_dim/2] RoPE inverse frequencies
   TapFn tap_;
-  bool profile_ = false;
-  bool profiling_ = false;  // this tile
-  double lap_start_ = 0.0;
-  std::vector<std::pair<std::string_view, double>> profile_seconds_;
+  StageProfiler* profiler_ = nullptr;            // set_profiler's
+  std::unique_ptr<StageProfiler> env_profiler_;  // GEM_CPU_PROFILE=1's
+  StageProfiler* tile_profiler_ = nullptr;       // this tile's: one of the two, or null
+  double stage_start_ = 0.0;
 };
 
 }  // namespace gem::cpu

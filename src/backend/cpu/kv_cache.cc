@@ -18,7 +18,7 @@ KvCache::KvCache(const std::vector<model::LayerPlan>& plan, int n_ctx, model::Kv
     Layer& l = layers_[i];
     l.ring = p.kind == model::AttnKind::kSliding;
     l.f16 = kv_type == model::KvType::kF16 || (kv_type == model::KvType::kF16Full && !l.ring);
-    l.n_slots = l.ring ? p.window : n_ctx;
+    l.n_slots = l.ring ? model::kv_ring_slots(p.window) : n_ctx;
     l.n_kv_heads = p.n_kv_heads;
     l.head_dim = p.head_dim;
     // Uninitialised on purpose: pages of a large context are committed only when written.
@@ -134,6 +134,42 @@ void KvCache::reset() {
   journaling_ = false;
   for (Layer& l : layers_) {
     if (l.ring) std::fill(l.pos.begin(), l.pos.end(), -1);
+  }
+}
+
+void KvCache::truncate(int n_past) {
+  for (Layer& l : layers_) {
+    if (!l.ring) continue;
+    for (int slot = 0; slot < l.n_slots; ++slot) {
+      if (l.pos[slot] < n_past) continue;
+      journal_slot(l, slot);
+      l.pos[slot] = -1;
+    }
+  }
+}
+
+void KvCache::copy_from(const KvCache& src, int n_past) {
+  GEM_CHECK(src.layers_.size() == layers_.size(), "kv copy: %zu layers into %zu",
+            src.layers_.size(), layers_.size());
+  journaling_ = false;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    const Layer& s = src.layers_[i];
+    GEM_CHECK(s.n_slots == l.n_slots && s.f16 == l.f16 && s.head_dim == l.head_dim &&
+                  s.n_kv_heads == l.n_kv_heads,
+              "kv copy: layer %zu differs in shape", i);
+    const uint64_t slot_bytes = l.head_dim * l.elem_bytes();
+    const int n = l.ring ? l.n_slots : n_past;
+    for (int g = 0; g < l.n_kv_heads; ++g) {
+      const uint64_t off = static_cast<uint64_t>(g) * l.n_slots * slot_bytes;
+      std::memcpy(l.k.get() + off, s.k.get() + off, n * slot_bytes);
+      std::memcpy(l.v.get() + off, s.v.get() + off, n * slot_bytes);
+    }
+    if (l.ring) {
+      for (int slot = 0; slot < l.n_slots; ++slot) {
+        l.pos[slot] = s.pos[slot] < n_past ? s.pos[slot] : -1;
+      }
+    }
   }
 }
 

@@ -1,5 +1,6 @@
-// The CPU backend's KV cache: sliding layers keep a ring of exactly `sliding_window` slots (with
-// the position held in each slot, for the mask), full layers a linear array of n_ctx slots.
+// The CPU backend's KV cache of one sequence: sliding layers keep a ring of
+// model::kv_ring_slots(window) slots (with the position held in each slot, for the mask), full
+// layers a linear array of n_ctx slots.
 // Storage per layer is f32 or f16 (model::KvType). A checkpoint journals the old contents of
 // every ring slot overwritten after it, so restore() puts the cache back exactly.
 #pragma once
@@ -21,7 +22,7 @@ class KvCache {
   struct Layer {
     bool ring = false;            // sliding layer: slot = pos % n_slots
     bool f16 = false;
-    int n_slots = 0;              // window (ring) or n_ctx (full)
+    int n_slots = 0;              // kv_ring_slots(window) (ring) or n_ctx (full)
     int n_kv_heads = 0;
     int head_dim = 0;
     std::unique_ptr<uint8_t[]> k;
@@ -60,6 +61,13 @@ class KvCache {
   void restore();
   // Empties every ring (positions -1) and closes the journal.
   void reset();
+  // Forgets positions >= n_past: ring slots holding them are emptied (journaled first, so a
+  // restore() still returns to the checkpoint); full layers need nothing, since they are read
+  // only below n_past.
+  void truncate(int n_past);
+  // Makes this cache hold src's positions < n_past (same plan and type): full layers copy those
+  // slots, rings every slot with later positions emptied. Closes the journal.
+  void copy_from(const KvCache& src, int n_past);
 
  private:
   void journal_slot(Layer& l, int slot);

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/tuning.h"
+#include "backend/profile.h"
 #include "backend/cuda/types.cuh"
 #include "base/status.h"
 #include "model/model.h"
@@ -36,11 +37,12 @@ struct DevLayer {
   const float* post_ffw_norm = nullptr;
   const float* out_scale = nullptr;
   const double* inv_freq = nullptr;  // [D/2]
-  void* k_cache = nullptr;           // [n_kv, n_slots, D] f32 or f16
+  void* k_cache = nullptr;           // [sequence slots][n_kv, n_slots, D] f32 or f16
   void* v_cache = nullptr;
   bool kv_f16 = false;
   bool ring = false;
   int n_slots = 0;
+  size_t slot_bytes = 0;             // K (and V) bytes of one sequence slot: slot s at s·slot_bytes
   int n_splits_decode = 1;
   // V is the raw K projection and only the RoPE pairs below D/8 turn (full layers; rope_freqs'
   // factors of >= 1e29 leave the rest at angles below 1e-23): K = V ⊙ k_norm on the other
@@ -62,18 +64,25 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   const BackendOptions& options() const override { return opt_; }
-  int n_past() const override { return n_past_; }
+  int n_past() const override { return past_[0]; }
+  int slot_n_past(int slot) const override { return past_.at(slot); }
   Status eval(std::span<const int32_t> tokens, bool all_logits,
               const TileCallback& on_tile) override;
   std::span<const float> logits(int row) override;
-  void checkpoint() override;
-  void restore() override;
-  void reset() override {
-    n_past_ = 0;
-    ckpt_lost_ = false;
-  }
+  void checkpoint() override { slot_checkpoint(0); }
+  void restore() override { slot_restore(0); }
+  void reset() override { slot_reset(0); }
+  // Sequence slots (batch_cuda.cu): each slot's K/V lies in its own part of every layer's cache.
+  Status eval_batch(std::span<const BatchRow> rows) override;
+  std::span<const float> batch_logits(int i) override;
+  void slot_checkpoint(int slot) override;
+  void slot_restore(int slot) override;
+  void slot_reset(int slot) override;
+  Status slot_truncate(int slot, int n_past) override;
+  Status slot_fork(int src, int dst) override;
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
+  Status set_stage_profiler(StageProfiler* profiler) override;
 
  private:
   void* dev_alloc(size_t bytes);
@@ -81,6 +90,18 @@ class CudaBackend final : public Backend {
   Status upload_f32(const model::TensorView& t, const float** out);
   void forward_tile(int n, bool want_head);
   void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
+  void layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  // eval_batch's forward (batch_cuda.cu): the products over all n rows, RoPE, attention and the
+  // K/V store per run of one slot's consecutive rows (runs_, their positions in run_sp_dev_).
+  void forward_runs(int n);
+  void layer_runs(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  void ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last, bool small);
+  void* k_of(const DevLayer& L, int slot) const {
+    return static_cast<char*>(L.k_cache) + static_cast<size_t>(slot) * L.slot_bytes;
+  }
+  void* v_of(const DevLayer& L, int slot) const {
+    return static_cast<char*>(L.v_cache) + static_cast<size_t>(slot) * L.slot_bytes;
+  }
   void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
   void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
   void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
@@ -90,12 +111,22 @@ class CudaBackend final : public Backend {
   int64_t decode_keys(const DevLayer& L) const;
   int decode_bucket(int pos) const;
   void head_row(int row);
+  void head_rows(int n);  // rows 0..n-1 into logits_dev_ [n, V] (n ≤ matmul_n_max())
+  // Stage profiling (gem profile): a stage boundary. Off (no profiler), nothing: the decode
+  // graphs are captured with it off, so production runs exactly the launches it ran before.
+  void mark(Stage stage, int layer) {
+    if (profiler_ != nullptr) prof_mark(stage, layer);
+  }
+  void prof_mark(Stage stage, int layer);
+  void prof_record(cudaEvent_t event);
+  void prof_decode();
+  void prof_collect();
 
   const model::Model& model_;
   const model::Config& cfg_;
   BackendOptions opt_;
   const cuda::CudaTuning tuning_;
-  int n_past_ = 0;
+  std::vector<int> past_;  // per slot: positions held (n_past)
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -129,7 +160,7 @@ class CudaBackend final : public Backend {
   int n_sm_ = 132;
   __half* x16_ = nullptr;         // [T, max cols]
   __half* w16_ = nullptr;         // [max rows·cols] dequantised weights for cuBLAS
-  float* logits_dev_ = nullptr;   // [V]
+  float* logits_dev_ = nullptr;   // [min(T, matmul_n_max()), V]
   float* sample_scratch_ = nullptr;
   int32_t* sample_out_dev_ = nullptr;
   int32_t* hist_dev_ = nullptr;   // [256]
@@ -145,10 +176,44 @@ class CudaBackend final : public Backend {
   int logits_rows_ = 0;
   bool logits_pending_ = false;     // last row still only on the device
 
-  // Checkpoint: copies of every ring layer's K/V at the checkpoint.
-  std::vector<std::pair<void*, void*>> ring_saved_;
-  int ckpt_n_past_ = -1;
-  bool ckpt_lost_ = false;  // the last checkpoint's journal could not be allocated
+  // Stage profiling. Events: [0] before the step's upload, [1] at the forward's start, then one
+  // per mark. A decode step replays its own graph per bucket, captured with the marks (as record
+  // nodes beside the chain of kernels, or in it); prompt tiles record eagerly between launches.
+  enum class ProfTiming { kGraphSide, kGraphInline, kEager };
+  StageProfiler* profiler_ = nullptr;
+  ProfTiming prof_timing_ = ProfTiming::kGraphSide;
+  bool prof_graph_broken_ = false;  // a profiled graph failed to build: eager from then on
+  bool prof_capturing_ = false;
+  bool prof_failed_ = false;        // a record node of the capture in progress failed
+  cudaGraphNode_t prof_prev_node_ = nullptr;  // graph-side: the last record node captured
+  std::vector<cudaEvent_t> prof_events_;
+  std::vector<std::pair<Stage, int>> prof_marks_;  // the marks of the tile being enqueued
+  std::vector<cudaGraphExec_t> prof_graphs_;
+  std::vector<std::vector<std::pair<Stage, int>>> prof_graph_marks_;
+  const std::vector<std::pair<Stage, int>>* prof_step_marks_ = nullptr;  // this step's
+
+  // Per slot, the checkpoint: copies of every ring layer's K/V (slot 0's rings at index i of
+  // saved, allocated at the first checkpoint), the n_past it was taken at (-1 = none), and
+  // whether its journal could not be allocated.
+  struct Checkpoint {
+    std::vector<std::pair<void*, void*>> saved;
+    int n_past = -1;
+    bool lost = false;
+  };
+  std::vector<Checkpoint> ckpt_;
+
+  // eval_batch: the tile's runs, their StepParams (pinned mirror), the logit rows kept.
+  struct Run {
+    int slot = 0;
+    int pos0 = 0;
+    int row0 = 0;
+    int n = 0;
+  };
+  std::vector<Run> runs_;
+  cuda::StepParams* run_sp_dev_ = nullptr;   // [T]
+  cuda::StepParams* run_sp_host_ = nullptr;  // [T] pinned
+  std::vector<int> batch_ends_;
+  int batch_rows_ = 0;  // logit rows of the last eval_batch, in logits_host_
 };
 
 // Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are

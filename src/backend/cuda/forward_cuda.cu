@@ -21,10 +21,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/matmul_n.cuh"
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/sample.cuh"
+#include "base/check.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "sampler/sampler.h"
@@ -35,13 +37,20 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : decode_graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }
+  for (cudaGraphExec_t g : prof_graphs_) {
+    if (g) cudaGraphExecDestroy(g);
+  }
+  for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocs_) cudaFree(p);
-  for (auto& [k, v] : ring_saved_) {
-    cudaFree(k);
-    cudaFree(v);
+  for (Checkpoint& c : ckpt_) {
+    for (auto& [k, v] : c.saved) {
+      cudaFree(k);
+      cudaFree(v);
+    }
   }
   if (step_host_) cudaFreeHost(step_host_);
+  if (run_sp_host_) cudaFreeHost(run_sp_host_);
   if (pinned_small_) cudaFreeHost(pinned_small_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -119,6 +128,11 @@ Status CudaBackend::init() {
   if (opt_.n_ctx <= 0 || opt_.n_tile <= 0) {
     return errorf("cuda: n_ctx (%d) and n_tile (%d) must be positive", opt_.n_ctx, opt_.n_tile);
   }
+  if (opt_.n_slots < 1) {
+    return errorf("cuda: %d sequence slots, expected at least 1 (-np/--parallel)", opt_.n_slots);
+  }
+  past_.assign(opt_.n_slots, 0);
+  ckpt_.resize(opt_.n_slots);
   T_ = std::min(opt_.n_tile, opt_.n_ctx);
   const int E = cfg_.n_embd, H = cfg_.n_heads, F = cfg_.n_ff, V = cfg_.n_vocab;
   Timer timer;
@@ -133,10 +147,12 @@ Status CudaBackend::init() {
     DevLayer& L = layers_[i];
     const int D = p.head_dim;
     L.ring = p.kind == model::AttnKind::kSliding && p.window > 0;
-    L.n_slots = L.ring ? p.window : opt_.n_ctx;
+    // Rings hold the window and model::kRingSpare more slots: slot_truncate's rollback.
+    L.n_slots = L.ring ? model::kv_ring_slots(p.window) : opt_.n_ctx;
     L.kv_f16 = opt_.kv_type == model::KvType::kF16 ||
                (opt_.kv_type == model::KvType::kF16Full && !L.ring);
-    const size_t kv_bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * D * (L.kv_f16 ? 2 : 4);
+    L.slot_bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * D * (L.kv_f16 ? 2 : 4);
+    const size_t kv_bytes = L.slot_bytes * opt_.n_slots;
     L.k_cache = dev_alloc(kv_bytes);
     L.v_cache = dev_alloc(kv_bytes);
     if (!L.k_cache || !L.v_cache) {
@@ -171,6 +187,7 @@ Status CudaBackend::init() {
     return a;
   };
   step_dev_ = static_cast<int32_t*>(dev_alloc((1 + T) * sizeof(int32_t)));
+  run_sp_dev_ = static_cast<cuda::StepParams*>(dev_alloc(T * sizeof(cuda::StepParams)));
   x_ = f(T * E);
   h_ = f(T * E);
   hq_ = q8(E);
@@ -201,7 +218,8 @@ Status CudaBackend::init() {
   }
   x16_ = static_cast<__half*>(dev_alloc(T * max_cols * sizeof(__half)));
   w16_ = static_cast<__half*>(dev_alloc(w16_max * sizeof(__half)));
-  logits_dev_ = f(V);
+  // The head of a short eval (matmul_n: every row at once) writes all its rows.
+  logits_dev_ = f(static_cast<size_t>(V) * std::min(T_, cuda::matmul_n_max()));
   sample_scratch_ = f(cuda::argmax_scratch_floats(V));
   sample_out_dev_ = static_cast<int32_t*>(dev_alloc(sizeof(int32_t)));
   hist_dev_ = static_cast<int32_t*>(dev_alloc(256 * sizeof(int32_t)));
@@ -212,10 +230,12 @@ Status CudaBackend::init() {
     return errorf("cuda: out of device memory for scratch buffers (tile %d)", T_);
   }
   GEM_CUDA_CHECK(cudaMallocHost(&step_host_, (1 + T) * sizeof(int32_t)));
+  GEM_CUDA_CHECK(cudaMallocHost(&run_sp_host_, T * sizeof(cuda::StepParams)));
   GEM_CUDA_CHECK(cudaMallocHost(&pinned_small_, 257 * sizeof(int32_t)));
-  GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions",
+  GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions%s",
                static_cast<double>(weight_bytes_) / 1e9, timer.seconds(),
-               std::string(model::kv_type_name(opt_.kv_type)).c_str(), opt_.n_ctx);
+               std::string(model::kv_type_name(opt_.kv_type)).c_str(), opt_.n_ctx,
+               opt_.n_slots > 1 ? strprintf(" x %d sequence slots", opt_.n_slots).c_str() : "");
   return ok_status();
 }
 
@@ -245,6 +265,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const cuda::CudaTuning& t = tuning_;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_, t);
+  mark(Stage::kQkv, p.layer);
   cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
@@ -257,79 +278,182 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                        L.inv_freq, sp, q_, k_, v_, dest, stream_);
+    mark(Stage::kRope, p.layer);
     cuda::attention(a, stream_, t);
+    mark(Stage::kAttention, p.layer);
   } else {
     a.tile_in_cache = false;
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                        L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
+    mark(Stage::kRope, p.layer);
     cuda::attention(a, stream_, t);
+    mark(Stage::kAttention, p.layer);
     cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
+    mark(Stage::kKvWrite, p.layer);
   }
   cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_, t);
+  mark(Stage::kAttnOut, p.layer);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_, t);
+  mark(Stage::kEpilogue, p.layer);
   const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
     cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_, t);
+    mark(Stage::kFfnGateUp, p.layer);
   } else {
     cuda::matvec(L.gate, h_, hq_, 1, gu_, 0.0f, stream_, t);
     cuda::matvec(L.up, h_, hq_, 1, gu_ + F, 0.0f, stream_, t);
+    mark(Stage::kFfnGateUp, p.layer);
     cuda::gelu_mul(gu_, 1, F, g_, stream_);
+    mark(Stage::kGelu, p.layer);
   }
   // A separate kernel: quantising g inside the gated product measured slower on the H200 both
   // as the last block of each 32-row group after a fence (1 µs per layer) and as blocks of 32
   // rows meeting in shared memory (12B 1-4 %, 31B 2-5 % slower per token).
-  if (down_q8) cuda::quantize_q8(g_, 1, F, gq_, stream_);
+  if (down_q8) {
+    cuda::quantize_q8(g_, 1, F, gq_, stream_);
+    mark(Stage::kGelu, p.layer);
+  }
   cuda::matvec(L.down, g_, gq_, 1, a_, 0.0f, stream_, t);
+  mark(Stage::kFfnDown, p.layer);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, h_, hq_,
                             stream_, t);
+  mark(Stage::kEpilogue, p.layer);
+}
+
+// A short eval (2 ≤ n ≤ matmul_n_max(): a speculative verification, a short follow-up) as the
+// decode step does it, with every product reading its weights once for all n rows (matmul_n)
+// instead of dequantising them for cuBLAS, and attention as a short prompt tile does it.
+void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
+  const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads;
+  const float eps = cfg_.rms_eps;
+  const cuda::CudaTuning& t = tuning_;
+  const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
+  // h_ and its q8 copy hq_ hold the normed rows (the previous layer's epilogue made both).
+  cuda::matmul_n(L.qkv, h_, hq_, n, qkv_, 0.0f, stream_, t);
+  mark(Stage::kQkv, p.layer);
+  cuda::qkv_prologue(qkv_, n, H, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
+                     L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
+  mark(Stage::kRope, p.layer);
+  // The rows attend to the cache and to their own K/V; stored after (a ring may overwrite slots
+  // the rows still read).
+  cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
+                   p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
+  cuda::attention(a, stream_, t);
+  mark(Stage::kAttention, p.layer);
+  cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
+                 L.v_cache, stream_);
+  mark(Stage::kKvWrite, p.layer);
+  if (cuda::matmul_n_reads_q8(L.wo, n)) cuda::quantize_q8(att_, n, H * D, attq_, stream_);
+  cuda::matmul_n(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kAttnOut, p.layer);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t);
+  mark(Stage::kEpilogue, p.layer);
+  ffn_block(p, L, n, last, true);
+}
+
+// The feed-forward block and the layer's closing epilogue (its residual, the scale, the next
+// norm): `small` as the decode step does it (n-token products on q8 or f16 activations, hq_
+// kept for the next product), otherwise as a prompt tile (dequantised weights and cuBLAS; hq_
+// only after the last layer, for the head).
+void CudaBackend::ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last,
+                            bool small) {
+  const int E = cfg_.n_embd, F = cfg_.n_ff;
+  const float eps = cfg_.rms_eps;
+  const cuda::CudaTuning& t = tuning_;
+  if (!small) {
+    cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
+    // gate|up as one product over the two dequantised matrices stacked by rows.
+    cuda::dequant_f16(L.gate, 0, L.gate.rows, w16_, stream_);
+    cuda::dequant_f16(L.up, 0, L.up.rows, w16_ + L.gate.rows * L.gate.cols, stream_);
+    gemm_rows(w16_, 2 * static_cast<int64_t>(F), E, x16_, n, gu_);
+    mark(Stage::kFfnGateUp, p.layer);
+    cuda::gelu_mul(gu_, n, F, g_, stream_);
+    mark(Stage::kGelu, p.layer);
+    cuda::to_f16(g_, static_cast<int64_t>(n) * F, x16_, stream_);
+    gemm(L.down, x16_, n, a_);
+    mark(Stage::kFfnDown, p.layer);
+    const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
+    // The last layer also quantises the final-normed rows: the head reads them (q8).
+    cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_,
+                              last ? hq_ : Q8Act{}, stream_, t);
+    mark(Stage::kEpilogue, p.layer);
+    return;
+  }
+  const bool q_ffn = L.gate.type == L.up.type &&
+                     (L.gate.type == WType::kQ4_0 || L.gate.type == WType::kQ8_0);
+  if (q_ffn) {
+    cuda::matmul_n_gated(L.gate, L.up, h_, hq_, n, g_, stream_, t);
+    mark(Stage::kFfnGateUp, p.layer);
+  } else {
+    // Other weight types (F32, mixed): row by row into gu's [n, 2F] gate|up rows.
+    for (int r = 0; r < n; ++r) {
+      const Q8Act hr{hq_.q + static_cast<int64_t>(r) * E, hq_.ds + static_cast<int64_t>(r) * E / 32};
+      float* gur = gu_ + static_cast<int64_t>(r) * 2 * F;
+      cuda::matvec(L.gate, h_ + static_cast<int64_t>(r) * E, hr, 1, gur, 0.0f, stream_, t);
+      cuda::matvec(L.up, h_ + static_cast<int64_t>(r) * E, hr, 1, gur + F, 0.0f, stream_, t);
+    }
+    mark(Stage::kFfnGateUp, p.layer);
+    cuda::gelu_mul(gu_, n, F, g_, stream_);
+    mark(Stage::kGelu, p.layer);
+  }
+  if (cuda::matmul_n_reads_q8(L.down, n)) {
+    cuda::quantize_q8(g_, n, F, gq_, stream_);
+    mark(Stage::kGelu, p.layer);
+  }
+  cuda::matmul_n(L.down, g_, gq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kFfnDown, p.layer);
+  const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
+  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_, hq_,
+                            stream_, t);
+  mark(Stage::kEpilogue, p.layer);
 }
 
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
-  const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim, H = p.n_heads;
+  const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads;
   const float eps = cfg_.rms_eps;
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
   gemm(L.qkv, x16_, n, qkv_);
+  mark(Stage::kQkv, p.layer);
   cuda::qkv_prologue(qkv_, n, H, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                      L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
+  mark(Stage::kRope, p.layer);
   auto store = [&] {
     cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
                    L.v_cache, stream_);
+    mark(Stage::kKvWrite, p.layer);
   };
   if (n >= kGemmAttnMin && prefill_scratch_) {
     // Tensor-core attention; a full layer reads the tile's keys from the cache (stored first), a
     // ring layer from the tile (stored after: the tile may overwrite slots it still needs).
     if (!L.ring) store();
     const cuda::PrefillAttnArgs pa{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring,
-                                   L.n_slots, n_past_, n, T_, H, p.n_kv_heads, D,
+                                   L.n_slots, past_[0], n, T_, H, p.n_kv_heads, D,
                                    L.ring ? p.window : 0, x16_, prefill_scratch_,
                                    prefill_scratch_bytes_};
     cuda::attention_prefill(pa, cublas_, stream_);
+    mark(Stage::kAttention, p.layer);
     if (L.ring) store();
   } else {
     cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
                      p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
     cuda::attention(a, stream_, tuning_);
+    mark(Stage::kAttention, p.layer);
     store();
     cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
   }
   gemm(L.wo, x16_, n, a_);
+  mark(Stage::kAttnOut, p.layer);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, Q8Act{}, stream_,
                       tuning_);
-  cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
-  // gate|up as one product over the two dequantised matrices stacked by rows.
-  cuda::dequant_f16(L.gate, 0, L.gate.rows, w16_, stream_);
-  cuda::dequant_f16(L.up, 0, L.up.rows, w16_ + L.gate.rows * L.gate.cols, stream_);
-  gemm_rows(w16_, 2 * static_cast<int64_t>(F), E, x16_, n, gu_);
-  cuda::gelu_mul(gu_, n, F, g_, stream_);
-  cuda::to_f16(g_, static_cast<int64_t>(n) * F, x16_, stream_);
-  gemm(L.down, x16_, n, a_);
-  const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
-  // The last layer also quantises the final-normed rows: the head reads them (q8).
-  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_,
-                            last ? hq_ : Q8Act{}, stream_, tuning_);
+  mark(Stage::kEpilogue, p.layer);
+  ffn_block(p, L, n, last, false);
+}
+
+void CudaBackend::head_rows(int n) {
+  cuda::matmul_n(embd_, h_, hq_, n, logits_dev_, cfg_.final_logit_softcap, stream_, tuning_);
 }
 
 void CudaBackend::head_row(int row) {
@@ -360,29 +484,44 @@ static void log_graph(cudaGraph_t graph) {
 // Enqueues one tile: token ids and pos0 are already in step_dev_.
 void CudaBackend::forward_tile(int n, bool want_head) {
   const int E = cfg_.n_embd;
-  cuda::set_pdl(tuning_.pdl == cuda::PdlMode::kAll ||
-                (tuning_.pdl == cuda::PdlMode::kPrefill && n > 1));
+  if (profiler_ != nullptr) {
+    prof_marks_.clear();
+    prof_record(prof_events_[1]);  // the forward's start
+  }
+  // Profiled with stage events in the graph's chain (graph-inline): a kernel after one has no
+  // kernel to overlap with, so the launches go without PDL.
+  const bool inline_events = prof_capturing_ && prof_timing_ == ProfTiming::kGraphInline;
+  cuda::set_pdl(!inline_events && (tuning_.pdl == cuda::PdlMode::kAll ||
+                                   (tuning_.pdl == cuda::PdlMode::kPrefill && n > 1)));
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
-  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 ? hq_ : Q8Act{},
+  mark(Stage::kEmbed, -1);
+  const bool small = n > 1 && n <= cuda::matmul_n_max();
+  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, n == 1 || small ? hq_ : Q8Act{},
                  stream_, tuning_);
+  mark(Stage::kNorm, 0);
   for (int i = 0; i < cfg_.n_layers; ++i) {
     const bool last = i + 1 == cfg_.n_layers;
     if (n == 1) {
       layer_decode(model_.plan[i], layers_[i], last);
+    } else if (small) {
+      layer_small(model_.plan[i], layers_[i], n, last);
     } else {
       layer_prefill(model_.plan[i], layers_[i], n, last);
     }
   }
-  if (want_head) head_row(n - 1);
+  if (want_head) {
+    head_row(n - 1);
+    mark(Stage::kHead, -1);
+  }
 }
 
 Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
                          const TileCallback& on_tile) {
   const int n_total = static_cast<int>(tokens.size());
   if (n_total == 0) return errorf("cuda eval: no tokens");
-  if (n_past_ + n_total > opt_.n_ctx) {
+  if (past_[0] + n_total > opt_.n_ctx) {
     return errorf("cuda eval: %d tokens at position %d exceed the context of %d", n_total,
-                  n_past_, opt_.n_ctx);
+                  past_[0], opt_.n_ctx);
   }
   for (int32_t t : tokens) {
     if (t < 0 || t >= cfg_.n_vocab) {
@@ -390,17 +529,21 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     }
   }
   logits_rows_ = all_logits ? n_total : 1;
+  batch_rows_ = 0;
   logits_host_.assign(static_cast<size_t>(logits_rows_) * cfg_.n_vocab, 0.0f);
   logits_pending_ = false;
   for (int done = 0; done < n_total;) {
     const int n = std::min(T_, n_total - done);
     const bool last_tile = done + n == n_total;
-    step_host_[0] = n_past_;
+    step_host_[0] = past_[0];
     std::memcpy(step_host_ + 1, tokens.data() + done, n * sizeof(int32_t));
+    if (profiler_ != nullptr) GEM_CUDA_CHECK(cudaEventRecord(prof_events_[0], stream_));
     GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, stream_));
-    if (n == 1) {
-      const int k = decode_bucket(n_past_);
+    if (n == 1 && profiler_ != nullptr) {
+      prof_decode();
+    } else if (n == 1) {
+      const int k = decode_bucket(past_[0]);
       if (decode_graphs_.size() <= static_cast<size_t>(k)) decode_graphs_.resize(k + 1, nullptr);
       if (!decode_graphs_[k]) {
         capture_bucket_ = k;
@@ -421,8 +564,15 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
       GEM_CUDA_CHECK(cudaGraphLaunch(decode_graphs_[k], stream_));
     } else {
       forward_tile(n, last_tile && !all_logits);
+      prof_step_marks_ = &prof_marks_;
     }
-    if (all_logits) {
+    if (all_logits && n > 1 && n <= cuda::matmul_n_max()) {
+      head_rows(n);
+      mark(Stage::kHead, -1);
+      GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * cfg_.n_vocab,
+                                     logits_dev_, static_cast<size_t>(n) * cfg_.n_vocab * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_));
+    } else if (all_logits) {
       for (int t = 0; t < n; ++t) {
         if (n > 1) head_row(t);
         GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done + t) * cfg_.n_vocab,
@@ -432,7 +582,8 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     }
     // One synchronisation per tile: the step parameters' pinned buffer is reused next tile.
     GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    n_past_ += n;
+    if (profiler_ != nullptr) prof_collect();
+    past_[0] += n;
     done += n;
     if (on_tile && !on_tile(done, n_total) && done < n_total) {
       return cancelledf("cancelled after %d of %d tokens", done, n_total);
@@ -492,60 +643,193 @@ std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
   return pinned_small_[0];
 }
 
-// Allocation failures of the journal lose the cache, never correctness: the checkpoint is
-// dropped, and restore() then empties the cache (the next request starts cold) instead of
-// leaving rings that no longer match n_past().
-void CudaBackend::checkpoint() {
-  ckpt_n_past_ = n_past_;
-  ckpt_lost_ = false;
-  if (ring_saved_.empty()) {
-    ring_saved_.assign(layers_.size(), {nullptr, nullptr});
+// ---- Stage profiling (gem profile) ----
+
+namespace {
+
+// Marks a forward can make: about a dozen per layer, a few outside the layers.
+constexpr int kProfMarksPerLayer = 16;
+constexpr int kProfMarksGlobal = 16;
+
+}  // namespace
+
+Status CudaBackend::set_stage_profiler(StageProfiler* profiler) {
+  if (profiler == nullptr) {
+    profiler_ = nullptr;
+    return ok_status();
   }
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const DevLayer& L = layers_[i];
-    if (!L.ring) continue;
-    const model::LayerPlan& p = model_.plan[i];
-    const size_t bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * p.head_dim * (L.kv_f16 ? 2 : 4);
-    auto& [k, v] = ring_saved_[i];
-    if (!k && !tuning_.fail_checkpoint_alloc) {
-      if (cudaMalloc(&k, bytes) != cudaSuccess) k = nullptr;
-      if (k && cudaMalloc(&v, bytes) != cudaSuccess) {
-        cudaFree(k);
-        k = nullptr;
-        v = nullptr;
+  const std::string& asked = profiler->timing();
+  ProfTiming timing = ProfTiming::kGraphSide;
+  if (asked == "graph-inline") {
+    timing = ProfTiming::kGraphInline;
+  } else if (asked == "eager") {
+    timing = ProfTiming::kEager;
+  } else if (asked != "auto" && asked != "graph-side") {
+    return errorf("cuda backend: stage timing '%s', expected auto, graph-side, graph-inline or "
+                  "eager", asked.c_str());
+  }
+  if (prof_graph_broken_ && timing != ProfTiming::kEager) {
+    if (asked != "auto") {
+      return errorf("cuda backend: a decode graph with stage events could not be built here; "
+                    "--timing eager (or auto) times the same launches without a graph");
+    }
+    timing = ProfTiming::kEager;
+  }
+  if (timing != prof_timing_) {
+    // The graphs hold the other way's record nodes.
+    for (cudaGraphExec_t& g : prof_graphs_) {
+      if (g) GEM_CUDA_CHECK(cudaGraphExecDestroy(g));
+      g = nullptr;
+    }
+    prof_timing_ = timing;
+  }
+  if (prof_events_.empty()) {
+    const size_t n = 2 + static_cast<size_t>(kProfMarksPerLayer) * cfg_.n_layers + kProfMarksGlobal;
+    prof_events_.assign(n, nullptr);
+    for (cudaEvent_t& e : prof_events_) {
+      if (cudaEventCreate(&e) != cudaSuccess) {
+        cudaGetLastError();
+        return errorf("cuda backend: cannot create the %zu events of stage profiling", n);
       }
-      cudaGetLastError();  // a failed cudaMalloc is not a launch error for the next check
     }
-    if (!k) {
-      GEM_LOG_WARN("cuda: no device memory for the checkpoint journal; the cache will be dropped "
-                   "at the next restore");
-      ckpt_n_past_ = -1;
-      ckpt_lost_ = true;
-      return;
-    }
-    GEM_CUDA_CHECK(cudaMemcpyAsync(k, L.k_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(v, L.v_cache, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
-  GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  switch (prof_timing_) {
+    case ProfTiming::kGraphSide:
+      profiler->set_method(
+          "cuda graph-side: decode replays a graph of the production launches (PDL edges kept) "
+          "with an event record node beside the chain at each stage boundary; prompt tiles "
+          "record events between their eager launches");
+      break;
+    case ProfTiming::kGraphInline:
+      profiler->set_method(
+          "cuda graph-inline: decode replays a graph with an event record node in the chain at "
+          "each stage boundary, launched without PDL; prompt tiles record events between "
+          "their eager launches");
+      break;
+    case ProfTiming::kEager:
+      profiler->set_method(
+          "cuda eager: events recorded between eager launches at each stage boundary, decode "
+          "without its graph (no PDL overlap across a boundary)");
+      break;
+  }
+  profiler_ = profiler;
+  return ok_status();
 }
 
-void CudaBackend::restore() {
-  if (ckpt_lost_) {
-    n_past_ = 0;
-    ckpt_lost_ = false;
+// Records `event` where the stream's work has got to: eagerly, or while the profiled decode
+// graph is captured as a record node — inline (the next kernel waits for it), or beside the
+// chain (a node that depends on the kernels so far while the stream's next kernel still
+// depends on them alone, so programmatic edges and their overlap stay as in production).
+void CudaBackend::prof_record(cudaEvent_t event) {
+  if (!prof_capturing_) {
+    GEM_CUDA_CHECK(cudaEventRecord(event, stream_));
     return;
   }
-  if (ckpt_n_past_ < 0) return;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const DevLayer& L = layers_[i];
-    if (!L.ring || !ring_saved_[i].first) continue;
-    const model::LayerPlan& p = model_.plan[i];
-    const size_t bytes = static_cast<size_t>(p.n_kv_heads) * L.n_slots * p.head_dim * (L.kv_f16 ? 2 : 4);
-    GEM_CUDA_CHECK(cudaMemcpyAsync(L.k_cache, ring_saved_[i].first, bytes, cudaMemcpyDeviceToDevice, stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(L.v_cache, ring_saved_[i].second, bytes, cudaMemcpyDeviceToDevice, stream_));
+  if (prof_timing_ == ProfTiming::kGraphInline) {
+    GEM_CUDA_CHECK(cudaEventRecordWithFlags(event, stream_, cudaEventRecordExternal));
+    return;
   }
-  GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  n_past_ = ckpt_n_past_;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n_deps = 0;
+#if CUDART_VERSION >= 13000
+  const cudaGraphEdgeData* edges = nullptr;
+  cudaError_t err = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, &deps, &edges,
+                                             &n_deps);
+#elif CUDART_VERSION >= 12030
+  const cudaGraphEdgeData* edges = nullptr;
+  cudaError_t err = cudaStreamGetCaptureInfo_v3(stream_, &status, nullptr, &graph, &deps, &edges,
+                                                &n_deps);
+#else
+  cudaError_t err = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, &deps, &n_deps);
+#endif
+  cudaGraphNode_t node = nullptr;
+  if (err == cudaSuccess && status == cudaStreamCaptureStatusActive) {
+    // A record node's incoming edges are plain ones whatever the edge data of the stream's
+    // next node would have been: it fires once the kernels before it have completed. It also
+    // follows the previous record node, so the events are recorded in the order of the marks
+    // (a chain of their own beside the kernels').
+    std::vector<cudaGraphNode_t> after(deps, deps + n_deps);
+    if (prof_prev_node_ && std::find(after.begin(), after.end(), prof_prev_node_) == after.end()) {
+      after.push_back(prof_prev_node_);
+    }
+    err = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), event);
+  }
+  if (err != cudaSuccess || status != cudaStreamCaptureStatusActive) {
+    cudaGetLastError();  // not a launch error for the next GEM_CUDA_LAUNCHED
+    prof_failed_ = true;
+    return;
+  }
+  prof_prev_node_ = node;
+}
+
+void CudaBackend::prof_mark(Stage stage, int layer) {
+  const size_t i = prof_marks_.size() + 2;
+  GEM_CHECK(i < prof_events_.size(), "cuda: more than %zu stage marks in one forward",
+            prof_events_.size() - 2);
+  prof_marks_.emplace_back(stage, layer);
+  prof_record(prof_events_[i]);
+}
+
+// A profiled decode step: the bucket's graph with the marks, captured at its first use (or the
+// same launches eagerly).
+void CudaBackend::prof_decode() {
+  const int k = decode_bucket(past_[0]);
+  capture_bucket_ = k;
+  if (prof_timing_ != ProfTiming::kEager) {
+    if (prof_graphs_.size() <= static_cast<size_t>(k)) {
+      prof_graphs_.resize(k + 1, nullptr);
+      prof_graph_marks_.resize(k + 1);
+    }
+    if (!prof_graphs_[k]) {
+      cudaGraph_t graph = nullptr;
+      prof_failed_ = false;
+      prof_prev_node_ = nullptr;
+      prof_capturing_ = true;
+      GEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      forward_tile(1, true);
+      prof_capturing_ = false;
+      cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+      if (err == cudaSuccess && !prof_failed_) {
+        err = cudaGraphInstantiate(&prof_graphs_[k], graph, 0);
+      }
+      if (graph) cudaGraphDestroy(graph);
+      if (err != cudaSuccess || prof_failed_) {
+        GEM_LOG_WARN("cuda: the decode graph with stage events could not be built (%s); timing "
+                     "the same launches eagerly instead",
+                     err != cudaSuccess ? cudaGetErrorString(err) : "a record node failed");
+        cudaGetLastError();
+        if (prof_graphs_[k]) cudaGraphExecDestroy(prof_graphs_[k]);
+        prof_graphs_[k] = nullptr;
+        prof_graph_broken_ = true;
+        prof_timing_ = ProfTiming::kEager;
+        profiler_->set_method("cuda eager (the graph with stage events failed to build): events "
+                              "between eager launches, decode without its graph");
+      } else {
+        prof_graph_marks_[k] = prof_marks_;
+      }
+    }
+    if (prof_graphs_[k]) {
+      GEM_CUDA_CHECK(cudaGraphLaunch(prof_graphs_[k], stream_));
+      prof_step_marks_ = &prof_graph_marks_[k];
+      return;
+    }
+  }
+  forward_tile(1, true);
+  prof_step_marks_ = &prof_marks_;
+}
+
+// After the tile's synchronisation: the time between consecutive events, to the profiler.
+void CudaBackend::prof_collect() {
+  float ms = 0.0f;
+  GEM_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_events_[0], prof_events_[1]));
+  profiler_->add(Stage::kSetup, -1, ms * 1e-3);
+  const std::vector<std::pair<Stage, int>>& marks = *prof_step_marks_;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    GEM_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_events_[i + 1], prof_events_[i + 2]));
+    profiler_->add(marks[i].first, marks[i].second, ms * 1e-3);
+  }
 }
 
 }  // namespace gem::cuda

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 22's figures on the GPU machine (run from the repository root there, .device/deps carried
+# as for bench/cuda/h200_run.sh), in steps that fit a call each:
+#   bash bench/cuda/h200_batched.sh build   gem, the CUDA tests and the test models; the CUDA
+#                                           backend, n-token product and profiler tests
+#   bash bench/cuda/h200_batched.sh 12b     gem synth 12b; gem bench -p 1,2,4,8,16,32,64,512
+#                                           -n 128 and --parallel 1..32 -p 512 -n 128; gem profile
+#                                           (decode, 8 rows) at depth 0 and 32768
+#   bash bench/cuda/h200_batched.sh 31b     the same for the 31B
+#   bash bench/cuda/h200_batched.sh serve   issue 28: bench/server/h200_conversation.sh, 12B, no llama
+# Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
+set -u
+step=${1:-build}
+OUT=${OUT:-/tmp/gem-out}
+mkdir -p "$OUT"
+source bench/cuda/device_deps.sh
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/batched.txt"; }
+B=build-dev
+GEM=$B/bin/gem
+M=/tmp/models
+mkdir -p $M
+
+case $step in
+build)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/batched.txt"
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
+    -DGEM_WERROR=OFF >"$OUT/build.log" 2>&1 &&
+    cmake --build $B -j16 --target gem gem_test_models cuda_backend_test matmul_n_test \
+      cuda_profile_test >>"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" "$OUT/build.log" | head; exit 1; }
+  log "built"
+  for t in matmul_n_test cuda_profile_test; do
+    (cd $B && timeout 60 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
+  done
+  (cd $B && timeout 120 ./tests/cuda/cuda_backend_test \
+    --gtest_filter='*SequenceSlots*:*ShortEvals*:*Truncate*:*TokenByToken*:*Checkpoint*:*GreedyDecode*:*Cancel*' 2>&1 |
+    grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which|vs " | head -60) | tee -a "$OUT/batched.txt"
+  ;;
+12b|31b)
+  p=$step
+  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
+  log "gem bench $p"
+  $GEM bench -m $M/g$p.gguf --backend cuda -p 1,2,4,8,16,32,64,512 -n 128 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
+  log "gem bench $p --parallel (llama-batched-bench's test)"
+  $GEM bench -m $M/g$p.gguf --backend cuda --parallel 1,2,4,8,16,32 -p 512 -n 128 2>>"$OUT/profile.log" | grep "|" | tee -a "$OUT/batched.txt"
+  for d in 0 32768; do
+    log "gem profile $p at depth $d (decode step, 8-row eval)"
+    $GEM profile -m $M/g$p.gguf --backend cuda -d $d -c $((d + 512)) --rows 1,8 -n 10 \
+      --json-file "$OUT/profile_${p}_d$d.json" >"$OUT/profile_${p}_d$d.md" 2>>"$OUT/profile.log" ||
+      log "profile $p d$d failed"
+    cat "$OUT/profile_${p}_d$d.md" >>"$OUT/batched.txt"
+    $GEM bench -m $M/g$p.gguf --backend cuda -p 0 -n 64 -d $d -c $((d + 512)) -r 2 2>/dev/null | grep "tg64" | tee -a "$OUT/batched.txt"
+  done
+  ;;
+serve)
+  GEM=$GEM WITH_LLAMA=0 MODELS=12b bash bench/server/h200_conversation.sh
+  ;;
+esac
+log "$step done"
