@@ -497,8 +497,9 @@ int run_serve(ServeArgs& a) {
     return fail("serve", st.message());
   }
   loaded.store(true);
+  const std::vector<std::string> names = split_list(a.alias);
   std::fprintf(stderr, "gem serve: ready in %.1f s: model \"%s\", context %d, backend %s\n",
-               timer.seconds(), a.alias.empty() ? std::filesystem::path(a.model).stem().c_str() : a.alias.c_str(),
+               timer.seconds(), names.empty() ? model_stem(a.model).c_str() : names.front().c_str(),
                rs->server->engine()->n_ctx(), std::string(rs->server->engine()->backend().name()).c_str());
   while (first_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const int n_cut = rs->server->shutdown(a.shutdown_timeout_s);
