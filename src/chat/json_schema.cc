@@ -394,6 +394,7 @@ Result<int> Compiler::typed(const std::string& type, const ojson& s, const std::
 Result<int> Compiler::object(const ojson& s, const std::string& where, int depth) {
   Node n;
   n.kind = Kind::kObject;
+  std::string undeclared_required;  // a required name missing from properties
   if (auto it = s.find("properties"); it != s.end()) {
     const std::string w = where + ".properties";
     if (!it->is_object()) return errorf("%s: expected an object of schemas, got %s", w.c_str(), type_name(*it));
@@ -426,7 +427,8 @@ Result<int> Compiler::object(const ojson& s, const std::string& where, int depth
         found->required = true;
         continue;
       }
-      // Required but not described: any value.
+      // Required but not described: any value (refused below if undeclared keys are not allowed).
+      undeclared_required = name.get<std::string>();
       jsg::Property prop;
       GEM_ASSIGN_OR_RETURN(prop.key, literal(name, w));
       GEM_ASSIGN_OR_RETURN(prop.value, any(w));
@@ -453,6 +455,11 @@ Result<int> Compiler::object(const ojson& s, const std::string& where, int depth
     }
   } else {
     GEM_ASSIGN_OR_RETURN(extra, any(where));
+  }
+  if (!extras_allowed && !undeclared_required.empty()) {
+    return errorf("%s.required: \"%s\" is required but not in properties, and "
+                  "additionalProperties is false, so no object is valid", where.c_str(),
+                  undeclared_required.substr(0, 64).c_str());
   }
   n.extra = n.props.empty() && extras_allowed ? extra : -1;
   return add(std::move(n), where);

@@ -257,6 +257,8 @@ TEST(JsonSchema, UnsupportedKeywordsAndBadSchemasAreNamed) {
       {R"(3)", "schema: expected a schema object, got a number"},
       {R"({"type":"string","enum":[1,2]})", "no value has the schema's type"},
       {R"({"anyOf":[{"type":"string"}],"type":"string"})", "beside \"anyOf\""},
+      {R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})",
+       "schema.required: \"b\" is required but not in properties"},
   };
   for (const auto& [text, want] : cases) {
     auto g = compile_json_schema(ojson::parse(text), "schema");
