@@ -1156,11 +1156,22 @@ size_t JsonMatcher::completion_size(const Threads& threads) const {
 size_t JsonMatcher::max_growth_per_byte() const { return grammar_->max_growth; }
 
 bool JsonMatcher::in_plain_string(int* max_chars) const {
-  if (threads_.size() != 1 || threads_[0].depth == 0) return false;
-  const JsonFrame& f = threads_[0].frames[threads_[0].depth - 1];
-  const Node& n = grammar_->nodes[static_cast<size_t>(f.node)];
-  if (n.kind != Kind::kString || f.phase != jsg::kStrBody) return false;
-  *max_chars = n.max_count < 0 ? -1 : std::max(0, n.max_count - static_cast<int>(f.count));
+  // Every reading inside a string body: plain text keeps each one there (its count grows), so
+  // a token of plain text is allowed when some reading has room for its characters.
+  if (threads_.empty()) return false;
+  int room = 0;
+  for (const JsonThread& t : threads_) {
+    if (t.depth == 0) return false;
+    const JsonFrame& f = t.frames[t.depth - 1];
+    const Node& n = grammar_->nodes[static_cast<size_t>(f.node)];
+    if (n.kind != Kind::kString || f.phase != jsg::kStrBody) return false;
+    if (n.max_count < 0) {
+      room = -1;
+    } else if (room >= 0) {
+      room = std::max(room, n.max_count - static_cast<int>(f.count));
+    }
+  }
+  *max_chars = room;
   return true;
 }
 

@@ -88,7 +88,7 @@ class JsonMatcher {
   bool finished() const;
   // The fewest bytes that complete an instance ("" when accepting).
   std::string shortest_completion() const;
-  // Inside a string with nothing pending (no escape or UTF-8 sequence open), a single reading:
+  // Every reading is inside a string with nothing pending (no escape or UTF-8 sequence open):
   // any text without '"', '\\' or control bytes may follow, up to max_chars characters
   // (-1: no limit). Lets a caller accept plain text tokens without reading them byte by byte.
   bool in_plain_string(int* max_chars) const;
