@@ -365,6 +365,40 @@ TEST(JsonConstraint, RandomLogitsAlwaysGiveValidDocuments) {
   std::printf("%d constrained steps at most, %.1f ms each at most\n", n_steps, 1e3 * secs / n_steps);
 }
 
+// anyOf over many objects keeps as many readings open; every step must stay a walk over the
+// viable tokens (strings take the plain-text fast path with all readings inside them), not a
+// full vocabulary walk per reading, which took seconds per token.
+TEST(JsonConstraint, ManyReadingsStayFastAndValid) {
+  REQUIRE_TOKENIZER();
+  auto table = std::make_shared<const JsonTokenTable>(tk);
+  ojson options = ojson::array();
+  for (int i = 0; i < 100; ++i) {
+    ojson props = ojson::object(), required = ojson::array();
+    for (int k = 0; k < 8; ++k) {
+      std::string key = "key";
+      key += std::to_string(k);
+      props[key] = {{"type", k == 7 ? "integer" : "string"}};
+      required.push_back(key);
+    }
+    options.push_back({{"type", "object"}, {"properties", props}, {"required", required}});
+  }
+  const ojson schema = {{"anyOf", options}};
+  auto g = compile_ok(schema);
+  ASSERT_TRUE(g);
+  JsonConstraintOptions o;
+  o.budget = 120;
+  Constraint c = make_json_constraint(g, table, tk, o);
+  std::mt19937 rng(3);
+  bool ended = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string text = generate(tk, c, rng, o.budget, &ended);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("100 readings: %.1f ms for at most %d steps\n", ms, o.budget);
+  EXPECT_TRUE(ended);
+  EXPECT_TRUE(valid_instance(text, schema));
+  EXPECT_LT(ms / o.budget, 1000.0) << "a step took a second on average";
+}
+
 TEST(JsonConstraint, ReasoningBudgetAndCombination) {
   REQUIRE_TOKENIZER();
   // The budget forces <channel|> after N thought tokens past the "thought\n" header; combined
