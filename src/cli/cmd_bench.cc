@@ -143,9 +143,15 @@ Result<BatchedResult> run_batched(const model::Model& m, const std::string& back
       for (int i = 0; i < pp; ++i) rows.push_back({s, i, tok(rng), i + 1 == pp});
     }
   };
-  // Warm-up: one prompt batch and one step (graphs, heuristics), then every slot emptied.
+  // Warm-up: one prompt batch and one generation step (graph captures, cuBLAS heuristics),
+  // then every slot emptied.
   prompt_rows();
   GEM_RETURN_IF_ERROR(b.eval_batch(rows));
+  if (tg > 0) {
+    rows.clear();
+    for (int s = 0; s < n_seq; ++s) rows.push_back({s, pp, tok(rng), true});
+    GEM_RETURN_IF_ERROR(b.eval_batch(rows));
+  }
   for (int s = 0; s < n_seq; ++s) b.slot_reset(s);
 
   BatchedResult r{pp, tg, n_seq, 0.0, 0.0};

@@ -180,6 +180,17 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   }
 
   const Timer decode_timer;
+  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint &&
+      request.sampling.temperature <= 0.0f) {
+    Status st = decode_speculative(request, cb, logits, result);
+    result.decode_seconds = decode_timer.seconds();
+    rollback();
+    if (!st.ok()) {
+      clear_cache();
+      return st.with_context("generation: ");
+    }
+    return result;
+  }
   Rng rng(resolve_seed(request.sampling.seed));
   std::vector<int32_t> history = request.prompt;  // what the penalties look at
   std::vector<int32_t> generated;
@@ -252,6 +263,88 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
                 result.n_cached, result.n_generated, result.prompt_seconds,
                 result.decode_seconds);
   return result;
+}
+
+// Each round: the root (chosen from the last row, not yet in the cache) and the drafts are
+// evaluated as one batch at positions cur..cur+k; row i's logits are the target's own choice
+// after root, d_1..d_i, so d_{i+1} is accepted while it equals that choice, and the first row
+// that disagrees gives the next root (the bonus token). The cache then drops the rejected
+// drafts (slot_truncate: positions after the last accepted one). Tokens are emitted one by one
+// with the plain loop's checks, so the output and where it stops equal plain greedy decoding.
+Status Engine::decode_speculative(const GenerateRequest& request, const GenerateCallbacks& cb,
+                                  std::span<const float> logits, GenerateResult& result) {
+  const int n = static_cast<int>(request.prompt.size());
+  std::vector<int32_t> history = request.prompt;
+  // Emits one token; false when generation ends after it (result.finish set).
+  auto emit = [&](int32_t token) {
+    history.push_back(token);
+    result.n_generated++;
+    bool keep_going = true;
+    if (cb.on_token) {
+      const double t0 = now_seconds(), c0 = thread_cpu_seconds();
+      keep_going = cb.on_token(token);
+      result.callback_seconds += now_seconds() - t0;
+      result.callback_cpu_seconds += thread_cpu_seconds() - c0;
+    }
+    if (request.stop_at_eog && is_eog(token)) {
+      result.finish = FinishReason::kEog;
+      return false;
+    }
+    if (!keep_going) {
+      result.finish = FinishReason::kStoppedByCaller;
+      return false;
+    }
+    if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
+      result.finish = FinishReason::kLength;
+      return false;
+    }
+    if (n + result.n_generated >= n_ctx()) {
+      result.finish = FinishReason::kContextFull;
+      return false;
+    }
+    return true;
+  };
+  auto choose = [&](std::span<const float> row) {
+    return sample_token(row, request.sampling, history, 0.0);
+  };
+
+  if (request.max_tokens == 0) {
+    result.finish = FinishReason::kLength;
+    return ok_status();
+  }
+  int32_t root = choose(logits);
+  int root_row = -1;  // the row of the last eval root was chosen from (-1: its last)
+  std::vector<BatchRow> rows;
+  for (;;) {
+    if (!emit(root)) return ok_status();
+    const int cur = n + result.n_generated - 1;  // root's position
+    int k = std::min(request.draft_max, n_ctx() - 1 - cur);
+    if (request.max_tokens >= 0) k = std::min(k, request.max_tokens - result.n_generated);
+    std::vector<int32_t> drafts =
+        k > 0 ? request.drafter->propose(root, cur, root_row, k) : std::vector<int32_t>{};
+    if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
+    rows.clear();
+    rows.push_back({0, cur, root, true});
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      rows.push_back({0, cur + 1 + static_cast<int>(i), drafts[i], true});
+    }
+    GEM_RETURN_IF_ERROR(backend_->eval_batch(rows));
+    result.n_drafted += static_cast<int>(drafts.size());
+    int accepted = 0;
+    int32_t next = choose(backend_->batch_logits(0));
+    while (accepted < static_cast<int>(drafts.size()) && next == drafts[accepted]) {
+      ++accepted;
+      result.n_draft_accepted++;
+      if (!emit(next)) return ok_status();
+      next = choose(backend_->batch_logits(accepted));
+    }
+    // Keep root and the accepted drafts; the rejected ones leave the cache.
+    if (accepted < static_cast<int>(drafts.size())) {
+      GEM_RETURN_IF_ERROR(backend_->slot_truncate(0, cur + 1 + accepted));
+    }
+    root = next;
+    root_row = accepted;
+  }
 }
 
 }  // namespace gem::runtime

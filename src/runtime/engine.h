@@ -40,6 +40,17 @@ namespace gem::runtime {
 using Constraint = std::function<int32_t(std::span<float> logits,
                                          std::span<const int32_t> generated)>;
 
+// A source of draft tokens for speculative decoding (the MTP assistant, or a test's oracle).
+// propose() returns up to k tokens expected to follow `root`, the token just chosen at position
+// `pos` from the row `row` of the backend's last eval (a drafter may read that row's state
+// through the backend); the engine verifies them with one batched eval and keeps the longest
+// prefix the target itself would have chosen, so the output never depends on the drafter.
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  virtual std::vector<int32_t> propose(int32_t root, int pos, int row, int k) = 0;
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;  // the whole prompt, <bos> included
   // Leading prompt tokens that are conversation history, kept cached after the request; the rest
@@ -50,6 +61,11 @@ struct GenerateRequest {
   int max_tokens = -1;          // -1: until end of generation or the context is full
   bool stop_at_eog = true;      // stop at <eos>, <turn|>, <|tool_response>
   Constraint constraint;        // optional
+  // Speculative decoding (optional): drafts of up to draft_max tokens per round, verified in one
+  // eval. Used for greedy requests without a constraint (whose acceptance is an exact prefix
+  // match); other requests decode one token at a time.
+  DraftSource* drafter = nullptr;
+  int draft_max = 8;
 };
 
 struct GenerateCallbacks {
@@ -73,6 +89,8 @@ struct GenerateResult {
   double decode_seconds = 0.0;
   double callback_seconds = 0.0;      // of decode_seconds, spent in on_token (the caller's work)
   double callback_cpu_seconds = 0.0;  // CPU time of this thread in on_token (no scheduler waits)
+  int n_drafted = 0;           // draft tokens verified (llama-server's timings.draft_n)
+  int n_draft_accepted = 0;    // of them, accepted (draft_n_accepted)
 };
 
 class Engine {
@@ -121,6 +139,10 @@ class Engine {
   // A cancellation comes back as a kCancelled status (Status::is_cancelled).
   Status eval_prompt(std::span<const int32_t> prompt, int from, int to,
                      const GenerateCallbacks& cb);
+  // The decode loop with drafting (greedy, no constraint); same emission and stop rules as the
+  // plain loop. `logits`: the prompt's last row.
+  Status decode_speculative(const GenerateRequest& request, const GenerateCallbacks& cb,
+                            std::span<const float> logits, GenerateResult& result);
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<Backend> backend_;

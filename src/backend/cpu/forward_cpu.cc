@@ -54,9 +54,6 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
   act_.gate.resize(t * cfg_.n_ff);
   act_.up.resize(t * cfg_.n_ff);
   act_.pos.resize(t);
-  if (const char* env = std::getenv("GEM_CPU_PROFILE"); env != nullptr && env[0] == '1') {
-    env_profiler_ = std::make_unique<StageProfiler>();
-  }
   if (!reference_ && repack_enabled()) {
     const double t0 = now_seconds();
     packed_ = std::make_unique<PackedWeights>(model, pool);
@@ -80,27 +77,8 @@ void ForwardCpu::tap(int layer, std::string_view name, const float* data, int n_
 
 void ForwardCpu::stage_end(Stage s, int layer) {
   const double now = now_seconds();
-  tile_profiler_->add(s, layer, now - stage_start_);
+  profiler_->add(s, layer, now - stage_start_);
   stage_start_ = now;
-}
-
-void ForwardCpu::print_profile(int n_tokens) {
-  double seconds[kStageCount] = {};
-  double total = 0.0;
-  for (const StageProfiler::Record& r : env_profiler_->records()) {
-    seconds[static_cast<int>(r.stage)] += r.seconds;
-    total += r.seconds;
-  }
-  env_profiler_->clear();
-  const double quantize = matmul_quantize_seconds();
-  std::fprintf(stderr, "profile: tile of %d tokens, %.3f s (quantize_x in matmul %.3f s)\n",
-               n_tokens, total, quantize);
-  for (int i = 0; i < kStageCount; ++i) {
-    if (seconds[i] == 0.0) continue;
-    const std::string_view name = stage_name(static_cast<Stage>(i));
-    std::fprintf(stderr, "profile: %-14.*s %8.3f s %5.1f%%\n", static_cast<int>(name.size()),
-                 name.data(), seconds[i], total > 0.0 ? 100.0 * seconds[i] / total : 0.0);
-  }
 }
 
 void ForwardCpu::linear(const model::TensorView& w, const float* x, int n_tokens, float* y) {
@@ -162,10 +140,7 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
   GEM_CHECK(n_tokens > 0 && n_tokens <= n_tile_, "tile of %d tokens, n_tile %d", n_tokens, n_tile_);
   const int n_embd = cfg_.n_embd;
   float* x = act_.x.data();
-  const bool print_tile = profiler_ == nullptr && env_profiler_ && n_tokens >= 2;
-  tile_profiler_ = profiler_ != nullptr ? profiler_ : print_tile ? env_profiler_.get() : nullptr;
-  if (tile_profiler_ != nullptr) stage_start_ = now_seconds();
-  if (print_tile) matmul_quantize_seconds(/*reset=*/true);
+  if (profiler_ != nullptr) stage_start_ = now_seconds();
   int covered = 0;
   for (const SeqRun& r : runs) {
     GEM_CHECK(r.row0 == covered && r.n > 0, "run at row %d of %d rows, expected row %d", r.row0,
@@ -191,7 +166,6 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
   // the largest matmul of the model).
   const int n_rows = static_cast<int>(logit_rows.size());
   if (n_rows == 0) {
-    if (print_tile) print_profile(n_tokens);
     return;
   }
   float* h = act_.h.data();
@@ -222,7 +196,6 @@ void ForwardCpu::forward_rows(const int32_t* tokens, int n_tokens, std::span<con
     }
   }
   stage(Stage::kHead, -1);
-  if (print_tile) print_profile(n_tokens);
 }
 
 void ForwardCpu::forward_layer(int layer, int n_tokens, std::span<const SeqRun> runs) {

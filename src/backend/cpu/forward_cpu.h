@@ -87,12 +87,9 @@ class ForwardCpu {
   // tile's profiler. The thread pool joins at the end of every parallel op, so the work before
   // a boundary is done when it is reached. Off: one branch.
   void stage(Stage s, int layer) {
-    if (tile_profiler_ != nullptr) stage_end(s, layer);
+    if (profiler_ != nullptr) stage_end(s, layer);
   }
   void stage_end(Stage s, int layer);
-  // GEM_CPU_PROFILE=1 in the environment (and no profiler set): the stage times of every
-  // forward_tile of at least 2 tokens, summed over its layers, printed to stderr.
-  void print_profile(int n_tokens);
 
   const model::Model& model_;
   const model::Config& cfg_;
@@ -103,9 +100,7 @@ class ForwardCpu {
   std::unique_ptr<PackedWeights> packed_;
   std::vector<std::vector<double>> inv_freq_;  // [n_layers][head_dim/2] RoPE inverse frequencies
   TapFn tap_;
-  StageProfiler* profiler_ = nullptr;            // set_profiler's
-  std::unique_ptr<StageProfiler> env_profiler_;  // GEM_CPU_PROFILE=1's
-  StageProfiler* tile_profiler_ = nullptr;       // this tile's: one of the two, or null
+  StageProfiler* profiler_ = nullptr;  // set_profiler's (gem profile); null = off
   double stage_start_ = 0.0;
 };
 

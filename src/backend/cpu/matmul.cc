@@ -327,8 +327,6 @@ void scalar_tile_q6_k(const model::TensorView& w, const QuantizedX& x, int64_t r
 
 // ---- The threaded driver ----
 
-std::atomic<int64_t> g_quantize_ns{0};  // matmul_quantize_seconds
-
 // Rows per work unit: a unit's weights (16 rows × at most ~12 KB) stay in L2 while every token
 // tile of a chunk passes over them. Each chunk of tokens streams the thread's share of the
 // weights from DRAM once, and each unit's first token tile waits on that stream, so chunks are
@@ -344,10 +342,7 @@ void run_matmul(const model::TensorView& w, const float* x, int n_tokens, float*
                 ThreadPool& pool, const Kernels& kern, const PackedMatrix* packed) {
   check_matmul_args(w, n_tokens);
   if (n_tokens == 0 || w.rows == 0) return;
-  const double q0 = now_seconds();
   const QuantizedX qx = quantize_x(w.type, x, w.cols, n_tokens, pool, kern);
-  g_quantize_ns.fetch_add(static_cast<int64_t>((now_seconds() - q0) * 1e9),
-                          std::memory_order_relaxed);
   const int64_t rows = w.rows;
   // Bytes of rounded x a tile reads per token: the Q4PairX records are 2 per value.
   const int64_t x_bytes_per_token =
@@ -457,14 +452,6 @@ void round_activations(DType weight_type, const float* x, int64_t cols, float* o
 void round_activations_simd(DType weight_type, const float* x, int64_t cols, float* out) {
   round_activations_impl(weight_type, x, cols, out,
                          select_kernels(active_isa(), weight_type, false).quantize);
-}
-
-double matmul_quantize_seconds(bool reset) {
-  if (reset) {
-    g_quantize_ns.store(0, std::memory_order_relaxed);
-    return 0.0;
-  }
-  return static_cast<double>(g_quantize_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
 
 std::string_view matmul_isa() { return isa_name(active_isa()); }

@@ -58,10 +58,6 @@ float round_block_q8(const float* x, int8_t* q);
 // bit for bit (the test of the vector rounding).
 void round_activations_simd(DType weight_type, const float* x, int64_t cols, float* out);
 
-// Seconds the calling threads of matmul spent rounding activations (quantize_x) since the last
-// reset; a profiling aid (forward_cpu's GEM_CPU_PROFILE). reset = true zeroes it and returns 0.
-double matmul_quantize_seconds(bool reset = false);
-
 // The path matmul runs (isa.h's active_isa): "avx512", "avx2", "neon" or "scalar".
 std::string_view matmul_isa();
 

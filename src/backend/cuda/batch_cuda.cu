@@ -3,7 +3,8 @@
 // own n_past and checkpoint. eval_batch runs the products over all rows of a tile at once and
 // RoPE, attention and the K/V store per run of one slot's consecutive rows, each over its own
 // slot's cache at its own positions. A tile of slot 0's rows alone (a prompt, a verification)
-// goes through eval(), which keeps the decode graphs and the prompt path.
+// goes through eval(), which keeps the decode graphs and the prompt path; a decode-shaped tile
+// (one row per slot) replays a graph captured for its slots.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -131,11 +132,36 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
                                    cudaMemcpyHostToDevice, stream_));
     GEM_CUDA_CHECK(cudaMemcpyAsync(run_sp_dev_, run_sp_host_, runs_.size() * sizeof(cuda::StepParams),
                                    cudaMemcpyHostToDevice, stream_));
-    forward_runs(n);
     int here = 0;
     for (int i = 0; i < n; ++i) here += rows[done + i].logits ? 1 : 0;
+    const bool decode_shaped = here == n && n <= cuda::matmul_n_max() && profiler_ == nullptr &&
+                               static_cast<int>(runs_.size()) == n;
+    if (decode_shaped) {
+      // One row per run: a graph per slot order, replayed (captured the first time).
+      std::vector<int> key(n);
+      for (int i = 0; i < n; ++i) key[i] = runs_[i].slot;
+      auto it = batch_graphs_.find(key);
+      if (it == batch_graphs_.end()) {
+        if (batch_graphs_.size() >= 64) {
+          for (auto& [slots, g] : batch_graphs_) cudaGraphExecDestroy(g);
+          batch_graphs_.clear();
+        }
+        cudaGraph_t graph = nullptr;
+        GEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        forward_runs(n);
+        head_rows(n);
+        GEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        cudaGraphExec_t exec = nullptr;
+        GEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaGraphDestroy(graph);
+        it = batch_graphs_.emplace(std::move(key), exec).first;
+      }
+      GEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    } else {
+      forward_runs(n);
+    }
     if (here == n && n <= cuda::matmul_n_max()) {
-      head_rows(n);
+      if (!decode_shaped) head_rows(n);
       GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(out) * V, logits_dev_,
                                      static_cast<size_t>(n) * V * sizeof(float),
                                      cudaMemcpyDeviceToHost, stream_));

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -213,6 +214,10 @@ class CudaBackend final : public Backend {
   cuda::StepParams* run_sp_dev_ = nullptr;   // [T]
   cuda::StepParams* run_sp_host_ = nullptr;  // [T] pinned
   std::vector<int> batch_ends_;
+  // Captured graphs of decode-shaped batches (one row per slot, every row's logits), keyed by
+  // the slots in row order: the launches depend only on them, positions and tokens are read
+  // from run_sp_dev_ and step_dev_.
+  std::map<std::vector<int>, cudaGraphExec_t> batch_graphs_;
   int batch_rows_ = 0;  // logit rows of the last eval_batch, in logits_host_
 };
 

@@ -37,6 +37,7 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : decode_graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }
+  for (auto& [slots, g] : batch_graphs_) cudaGraphExecDestroy(g);
   for (cudaGraphExec_t g : prof_graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }

@@ -1,0 +1,197 @@
+// Speculative decoding in the engine (greedy): with any drafter — always right, right for a
+// while, always wrong — the output equals plain greedy decoding token for token, stops where it
+// stops (end of generation, max_tokens, a full context, the caller), and the cache afterwards
+// serves the next request exactly (prefix reuse after rounds that truncated rejected drafts).
+// The CPU backend on the tiny fixture, past its sliding window.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "backend/cpu/cpu_backend.h"
+#include "common/test_util.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+
+namespace gem::runtime {
+namespace {
+
+// Proposes the known continuation `truth` (the whole token sequence: prompt, then plain greedy
+// output), right for the first `right` tokens of each round and wrong after that (a token shifted
+// by one id), never right with right = 0.
+class OracleDrafter : public DraftSource {
+ public:
+  OracleDrafter(std::vector<int32_t> truth, int right) : truth_(std::move(truth)), right_(right) {}
+  std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override {
+    EXPECT_EQ(root, truth_.at(pos)) << "the root is the target's own token at its position";
+    EXPECT_GE(row, -1);
+    std::vector<int32_t> out;
+    for (int i = 0; i < k && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
+      const int32_t t = truth_[pos + 1 + i];
+      out.push_back(i < right_ ? t : (t + 1) % 256);
+    }
+    ++calls;
+    return out;
+  }
+  int calls = 0;
+
+ private:
+  std::vector<int32_t> truth_;
+  int right_;
+};
+
+struct Output {
+  std::vector<int32_t> tokens;
+  GenerateResult result;
+};
+
+Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, DraftSource* drafter,
+             int stop_after = -1, float repeat_penalty = 1.0f) {
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = max_tokens;
+  req.sampling.temperature = 0.0f;
+  req.sampling.repeat_penalty = repeat_penalty;
+  req.stop_at_eog = false;  // a random model's end of turn would cut every run short
+  req.drafter = drafter;
+  Output r;
+  GenerateCallbacks cb;
+  cb.on_token = [&](int32_t t) {
+    r.tokens.push_back(t);
+    return stop_after < 0 || static_cast<int>(r.tokens.size()) < stop_after;
+  };
+  auto res = e.generate(req, cb);
+  EXPECT_TRUE(res.ok()) << res.message();
+  if (res.ok()) r.result = *res;
+  return r;
+}
+
+// A bare engine (Gemma 4's fixed end-of-generation ids) over a CPU backend of the tiny fixture,
+// which every engine of the test shares (loaded once, kept for the process).
+std::unique_ptr<Engine> cpu_engine(int n_ctx) {
+  static std::unique_ptr<model::Model> model = [] {
+    auto m = model::load_model(test::fixture("tiny-q4_0.gguf"));
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? std::move(m).value() : nullptr;
+  }();
+  if (!model) return nullptr;
+  BackendOptions o;
+  o.n_ctx = n_ctx;
+  o.n_tile = 32;
+  o.n_threads = 2;
+  o.kv_type = model::KvType::kF16;
+  auto b = cpu::make_cpu_backend(*model, o);
+  EXPECT_TRUE(b.ok()) << b.message();
+  return std::make_unique<Engine>(std::move(b).value());
+}
+
+std::vector<int32_t> prompt_of(int n) {
+  std::vector<int32_t> p = {2};
+  for (int i = 1; i < n; ++i) p.push_back(300 + (i * 53) % 4000);
+  return p;
+}
+
+TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  const std::vector<int32_t> prompt = prompt_of(30);
+  const int max_tokens = 70;  // past the 16-position window and its ring
+  auto plain_engine = cpu_engine(256);
+  const Output plain = generate(*plain_engine, prompt, max_tokens, nullptr);
+  ASSERT_EQ(static_cast<int>(plain.tokens.size()), max_tokens);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
+
+  for (int right : {8, 3, 0}) {
+    for (int draft_max : {8, 1, 5}) {
+      auto e = cpu_engine(256);
+      OracleDrafter d(truth, right);
+      Output r = [&] {
+        GenerateRequest req;
+        req.prompt = prompt;
+        req.max_tokens = max_tokens;
+        req.sampling.temperature = 0.0f;
+        req.stop_at_eog = false;
+        req.drafter = &d;
+        req.draft_max = draft_max;
+        Output out;
+        GenerateCallbacks cb;
+        cb.on_token = [&](int32_t t) {
+          out.tokens.push_back(t);
+          return true;
+        };
+        auto res = e->generate(req, cb);
+        EXPECT_TRUE(res.ok()) << res.message();
+        if (res.ok()) out.result = *res;
+        return out;
+      }();
+      const std::string what = "right " + std::to_string(right) + " draft_max " + std::to_string(draft_max);
+      EXPECT_EQ(r.tokens, plain.tokens) << what;
+      EXPECT_EQ(r.result.finish, FinishReason::kLength) << what;
+      EXPECT_GT(r.result.n_drafted, 0) << what;
+      const int per_round = std::min(right, draft_max);
+      if (per_round == 0) {
+        EXPECT_EQ(r.result.n_draft_accepted, 0) << what;
+      }
+      if (right >= draft_max) {
+        EXPECT_EQ(r.result.n_draft_accepted, r.result.n_drafted) << what;
+      }
+      // Each round emits a root and per_round accepted drafts; a root that is the last token
+      // asks for no drafts.
+      EXPECT_EQ(d.calls, (max_tokens - 1 + per_round) / (per_round + 1)) << what;
+    }
+  }
+}
+
+TEST(Speculative, StopsWhereThePlainLoopStops) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  const std::vector<int32_t> prompt = prompt_of(20);
+  // A full context: 40 positions, the last token has none to go to.
+  auto p1 = cpu_engine(40);
+  const Output plain = generate(*p1, prompt, -1, nullptr);
+  EXPECT_EQ(plain.result.finish, FinishReason::kContextFull);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
+  auto e1 = cpu_engine(40);
+  OracleDrafter all(truth, 8);
+  const Output spec = generate(*e1, prompt, -1, &all);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_EQ(spec.result.finish, FinishReason::kContextFull);
+  // The caller stopping in the middle of a round's accepted drafts.
+  auto e2 = cpu_engine(40);
+  OracleDrafter all2(truth, 8);
+  const Output cut = generate(*e2, prompt, -1, &all2, /*stop_after=*/6);
+  EXPECT_EQ(cut.result.finish, FinishReason::kStoppedByCaller);
+  EXPECT_EQ(cut.tokens, std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + 6));
+  // Greedy with a repeat penalty: each row is chosen with the history it follows.
+  auto p3 = cpu_engine(128);
+  const Output pen = generate(*p3, prompt, 40, nullptr, -1, 1.3f);
+  std::vector<int32_t> truth3 = prompt;
+  truth3.insert(truth3.end(), pen.tokens.begin(), pen.tokens.end());
+  auto e3 = cpu_engine(128);
+  OracleDrafter some(truth3, 4);
+  EXPECT_EQ(generate(*e3, prompt, 40, &some, -1, 1.3f).tokens, pen.tokens);
+}
+
+// A second request that extends the first one's history reuses the cache the speculative rounds
+// left (rolled back to the history boundary, rejected drafts truncated on the way): its output
+// equals a fresh engine's.
+TEST(Speculative, PrefixReuseAfterRoundsIsExact) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  const std::vector<int32_t> first = prompt_of(25);
+  auto plain = cpu_engine(256);
+  const Output a = generate(*plain, first, 30, nullptr);
+  std::vector<int32_t> truth = first;
+  truth.insert(truth.end(), a.tokens.begin(), a.tokens.end());
+  auto e = cpu_engine(256);
+  OracleDrafter d(truth, 2);
+  EXPECT_EQ(generate(*e, first, 30, &d).tokens, a.tokens);
+  std::vector<int32_t> second = truth;
+  for (int i = 0; i < 7; ++i) second.push_back(500 + i);
+  auto fresh = cpu_engine(256);
+  const Output want = generate(*fresh, second, 25, nullptr);
+  const Output got = generate(*e, second, 25, nullptr);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.result.n_cached, static_cast<int>(first.size()));
+}
+
+}  // namespace
+}  // namespace gem::runtime
