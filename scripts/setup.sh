@@ -25,10 +25,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The OpenAI Node SDK (version 6 runs on Node 20) for the server's client tests, and
-# playwright-core (a driver only: it never downloads a browser; the test uses /usr/bin/chromium).
+# The OpenAI Node SDK (version 6 runs on Node 20) for the server's client tests, playwright-core
+# (a driver only: it never downloads a browser; the test uses /usr/bin/chromium), and Ajv (the
+# JSON Schema validator that checks response_format replies).
 if [ -f tests/e2e/package.json ] && { [ ! -d tests/e2e/node_modules/openai ] ||
-                                     [ ! -d tests/e2e/node_modules/playwright-core ]; }; then
+                                     [ ! -d tests/e2e/node_modules/playwright-core ] ||
+                                     [ ! -d tests/e2e/node_modules/ajv ]; }; then
   echo "setup: npm install (tests/e2e)"
   (cd tests/e2e && npm install --no-audit --no-fund --silent)
 fi

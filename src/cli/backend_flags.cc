@@ -2,6 +2,7 @@
 #include "cli/backend_flags.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <stdexcept>
 
@@ -38,16 +39,50 @@ void add_backend_flags(CLI::App& app, BackendFlags& f) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-type", f.kv_type, "KV cache storage: f32, f16 (default) or f16-full")
       ->check(CLI::IsMember({"f32", "f16", "f16-full"}));
+  app.add_option("--cache-type-k", f.cache_type_k, "-ctk: llama.cpp's name for --kv-type (K and V agree)");
+  app.add_option("--cache-type-v", f.cache_type_v, "-ctv: llama.cpp's name for --kv-type (K and V agree)");
   app.add_option("-t,--threads", f.n_threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--tile,--ubatch-size", f.n_tile, "prompt tokens evaluated per layer pass")
       ->check(CLI::PositiveNumber);
   app.add_flag("--reference", f.reference, "CPU: the plain scalar reference path (slow)");
 }
 
+Status resolve_cache_types(const std::string& k, const std::string& v, bool kv_type_given,
+                           std::string* kv_type) {
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string lk = lower(k), lv = lower(v);
+  if (!lk.empty() && !lv.empty() && lk != lv) {
+    return errorf("-ctk %s and -ctv %s: gem stores K and V in one type; give both the same type "
+                  "(f32, f16 or f16-full)", k.c_str(), v.c_str());
+  }
+  const std::string t = !lk.empty() ? lk : lv;
+  if (t.empty()) return ok_status();
+  const char* flag = !lk.empty() ? "-ctk" : "-ctv";
+  if (t != "f32" && t != "f16" && t != "f16-full") {
+    return errorf("%s %s: KV cache type not supported; gem's KV cache holds f32, f16 (the default) "
+                  "or f16-full (f32 sliding layers, f16 full-attention layers)%s",
+                  flag, (!lk.empty() ? k : v).c_str(),
+                  t == "bf16" || t.rfind("q", 0) == 0 || t.rfind("iq", 0) == 0
+                      ? "; quantised KV types are not implemented"
+                      : "");
+  }
+  if (kv_type_given && *kv_type != t) {
+    return errorf("--kv-type %s and %s %s disagree: give one of them", kv_type->c_str(), flag, t.c_str());
+  }
+  *kv_type = t;
+  return ok_status();
+}
+
 Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const BackendFlags& f) {
   BackendOptions options;
   options.n_ctx = f.n_ctx > 0 ? f.n_ctx : std::min(model.config.context_length, 32768);
-  GEM_ASSIGN_OR_RETURN(options.kv_type, model::parse_kv_type(f.kv_type));
+  std::string kv_type = f.kv_type;
+  GEM_RETURN_IF_ERROR(resolve_cache_types(f.cache_type_k, f.cache_type_v,
+                                          f.kv_type != kDefaultKvType, &kv_type));
+  GEM_ASSIGN_OR_RETURN(options.kv_type, model::parse_kv_type(kv_type));
   options.n_threads = f.n_threads;
   options.n_tile = f.n_tile;
   options.reference = f.reference;

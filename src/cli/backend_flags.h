@@ -23,6 +23,7 @@ struct BackendFlags {
   std::string backend = "auto";   // auto | cpu | cuda
   int n_ctx = 0;                  // 0: min(training context, 32768)
   std::string kv_type = kDefaultKvType;
+  std::string cache_type_k, cache_type_v;  // llama.cpp's names for kv_type (resolve_cache_types)
   int n_threads = 0;
   int n_tile = 256;
   bool reference = false;
@@ -33,6 +34,13 @@ void add_backend_flags(CLI::App& app, BackendFlags& flags);
 // A flag's comma-separated list of integers, each at least min_value (gem bench's -p/-n/-d,
 // gem profile's --rows); the error names the flag and the item.
 Result<std::vector<int>> parse_int_list(const char* flag, const std::string& s, int min_value);
+
+// llama.cpp's -ctk/--cache-type-k and -ctv/--cache-type-v against gem's one KV type: K and V are
+// stored in the same type, so the two must agree (and agree with --kv-type when that was given
+// too); f32, f16 and f16-full exist, and llama.cpp's quantised types (q8_0, q4_0, ...) are an
+// error naming those. Empty strings: not given. Writes the resolved type into *kv_type.
+Status resolve_cache_types(const std::string& cache_type_k, const std::string& cache_type_v,
+                           bool kv_type_given, std::string* kv_type);
 
 // Resolves "auto" (CUDA when a GPU is present and the build has it) and creates the backend.
 Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const BackendFlags& flags);

@@ -1,7 +1,11 @@
 // gem agent [serve options] -- COMMAND [ARGS...]: serves the model on a free loopback port, waits
-// until it is ready, runs COMMAND with OPENAI_BASE_URL, OPENAI_API_KEY and HAX_LLAMACPP_BASE_URL
-// pointing at it, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, stops the server when it ends and
-// exits with its status (128 + signal when it was killed).
+// until it is ready, runs COMMAND pointed at it, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it,
+// stops the server when it ends and exits with its status (128 + signal when it was killed).
+//
+// The command's environment: OPENAI_BASE_URL and OPENAI_API_KEY for OpenAI-style clients, and
+// for hax (v0.4.0, src/config.c and src/provider.c) HAX_LLAMACPP_BASE_URL (+ HAX_LLAMACPP_API_KEY
+// with a key) and HAX_PROVIDER=llamacpp, the id of its llama.cpp provider, unless HAX_PROVIDER is
+// already set (hax treats a set variable, even empty, as the user's choice).
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -40,6 +45,11 @@ int run_agent(AgentArgs& a) {
     GEM_LOG_WARN("agent: binding %s; the server is reachable beyond loopback", a.serve.host.c_str());
   }
   if (Status st = resolve_api_key(a.serve); !st.ok()) return fail("agent", st.message());
+  if (a.serve.n_parallel > 1) {
+    a.serve.notices.push_back(strprintf("--parallel %d: stored, but requests are served one at a "
+                                        "time for now", a.serve.n_parallel));
+  }
+  print_notices("agent", a.serve);
   auto running = start_server(a.serve);
   if (!running.ok()) return fail("agent", running.message());
   RunningServer& rs = **running;
@@ -53,6 +63,7 @@ int run_agent(AgentArgs& a) {
 
   // The child's environment: ours plus the endpoints.
   std::vector<std::string> env_strings;
+  const bool provider_chosen = std::getenv("HAX_PROVIDER") != nullptr;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     if (kv.rfind("OPENAI_BASE_URL=", 0) == 0 || kv.rfind("OPENAI_API_KEY=", 0) == 0 ||
@@ -67,6 +78,7 @@ int run_agent(AgentArgs& a) {
                                                                       : a.serve.api_key));
   env_strings.push_back("HAX_LLAMACPP_BASE_URL=" + base);
   if (!a.serve.api_key.empty()) env_strings.push_back("HAX_LLAMACPP_API_KEY=" + a.serve.api_key);
+  if (!provider_chosen) env_strings.push_back("HAX_PROVIDER=llamacpp");
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -113,7 +125,8 @@ RunFn setup_agent(CLI::App& sub) {
   add_serve_options(sub, args->serve, /*with_port=*/false);
   sub.add_option("command", args->command, "the client to run, after --")->required();
   sub.footer("Example: gem agent -m model.gguf -- hax\n"
-             "The command sees OPENAI_BASE_URL, OPENAI_API_KEY and HAX_LLAMACPP_BASE_URL.");
+             "The command sees OPENAI_BASE_URL, OPENAI_API_KEY, HAX_LLAMACPP_BASE_URL and\n"
+             "HAX_PROVIDER=llamacpp (unless HAX_PROVIDER is set already).");
   return [args] { return run_agent(*args); };
 }
 

@@ -1,22 +1,26 @@
 // gem serve: the OpenAI-compatible HTTP/SSE server (src/server) over one model. The socket is
-// bound and answering (/health 503 "Loading model") before the weights load. Flags follow
-// llama-server's names: -m/--model, --host, --port, -c/--ctx-size, -t/--threads, --kv-type
-// (llama-server's -ctk/-ctv are spelled --cache-type-k here), --alias, --api-key, --timeout,
-// --sse-ping-interval, --api-key-file (and LLAMA_API_KEY). gem additions: --backend
-// auto|cpu|cuda|scripted:FILE, --max-body, --queue, --tile, --reference, and the transport's
-// bounds: --header-timeout, --body-timeout, --keep-alive-timeout, --max-connections,
-// --max-json-depth, --cors, --shutdown-timeout.
+// bound and answering (/health 503 "Loading model", /props with "is_loading": true) before the
+// weights load. Flags follow llama-server's names and meanings where gem has the feature
+// (README "gem serve flags" lists them all): the request defaults (-n, --temp, --top-k, ...,
+// --reasoning-format, --reasoning-budget, --chat-template-kwargs), -ctk/-ctv for the KV type,
+// --metrics, --slots, -np (stored; one request at a time for now), --alias. Flags that tune what
+// gem decides itself (-ngl, -fa, --jinja, -b, --mlock, --no-mmap, -cb) are accepted with a
+// one-line notice. llama-server's multi-letter short flags (-ngl, -fa, -ctk, -np, ...) reach
+// CLI11 as their long forms (main.cc). gem additions: --backend auto|cpu|cuda|scripted:FILE,
+// --max-body, --queue, --tile, --reference, and the transport's bounds: --header-timeout,
+// --body-timeout, --keep-alive-timeout, --max-connections, --max-json-depth, --cors,
+// --shutdown-timeout.
 //
 // Signals: the first SIGINT/SIGTERM/SIGHUP stops accepting and gives running requests
 // --shutdown-timeout seconds, then cuts the rest (streams end with an error event and [DONE]);
 // a second signal exits at once. Exit status: 0 after a clean drain, 3 when requests had to be
 // cut at the end of the grace period, 128 + the signal number on a second signal (or a signal
-// while the model loads). --n-gpu-layers/--gpu-layers are accepted and ignored (the CUDA backend
-// always holds the whole model). `--backend scripted:FILE` is TEST-ONLY: it replaces the model's
+// while the model loads). `--backend scripted:FILE` is TEST-ONLY: it replaces the model's
 // forward with runtime/scripted_backend.h (tests/e2e and scripts/soak.sh use it).
 #include <pthread.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +30,7 @@
 #include "cli/backend_flags.h"
 #include "cli/build_info.h"
 #include "base/log.h"
+#include "base/status.h"
 #include "base/timer.h"
 #include "cli/command.h"
 #include "cli/serve_common.h"
@@ -57,7 +62,8 @@ Result<size_t> parse_size(const std::string& s) {
   return static_cast<size_t>(v * mul);
 }
 
-std::vector<std::string> split_origins(const std::string& s) {
+// A comma-separated list (--cors, --alias): items trimmed of spaces and trailing slashes.
+std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
@@ -76,53 +82,166 @@ std::string model_stem(const std::string& path) {
 }  // namespace
 
 void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
-  app.add_option("-m,--model", a.model, "Gemma 4 GGUF to serve")->required();
-  app.add_option("--host", a.host, "address to bind (default 127.0.0.1: loopback only)");
-  if (with_port) app.add_option("--port", a.port, "port to listen on (default 8080; 0: any free port)");
+  // Option groups, in --help order.
+  const std::string kModel = "Model and context";
+  const std::string kNetwork = "Network and access";
+  const std::string kDefaults = "Request defaults (llama-server's flags; a request's own fields win)";
+  const std::string kEndpoints = "Endpoints and slots";
+  const std::string kLimits = "Limits and timeouts";
+  const std::string kIgnored = "Accepted for llama-server command lines, with no effect (a notice says so)";
+
+  app.add_option("-m,--model", a.model, "Gemma 4 GGUF to serve")->required()->group(kModel);
   app.add_option("-c,--ctx-size", a.n_ctx,
-                 "context size in tokens (default 0: the model's, at most 32768)");
-  app.add_option("-t,--threads", a.n_threads, "CPU threads (default 0: all)");
-  app.add_option("--kv-type,--cache-type-k", a.kv_type, "KV cache storage: f32, f16 (default) or f16-full");
-  app.add_option("--alias", a.alias, "model name in /v1/models and responses (default: file stem)");
-  app.add_option("--api-key", a.api_key,
-                 "require this key (Authorization: Bearer or X-Api-Key); /health is exempt. "
-                 "Visible in ps: prefer --api-key-file or GEM_API_KEY / LLAMA_API_KEY");
-  app.add_option("--api-key-file", a.api_key_file,
-                 "read the required key from the first line of this file");
+                 "context size in tokens (default 0: the model's, at most 32768)")->group(kModel);
+  app.add_option_function<std::string>(
+         "--kv-type", [&a](const std::string& v) { a.kv_type = v, a.kv_type_given = true; },
+         "KV cache storage: f32, f16 (default) or f16-full")
+      ->group(kModel);
+  app.add_option("--cache-type-k", a.cache_type_k,
+                 "-ctk: llama-server's name for --kv-type; -ctk and -ctv must agree (f32, f16, f16-full)")
+      ->group(kModel);
+  app.add_option("--cache-type-v", a.cache_type_v, "-ctv: see --cache-type-k")->group(kModel);
+  app.add_option("-t,--threads", a.n_threads, "CPU threads (default 0: all)")->group(kModel);
+  app.add_option("--tile,--ubatch-size", a.tile,
+                 "-ub: prompt tokens evaluated per layer pass (default 256)")->group(kModel);
   app.add_option("--backend", a.backend,
                  "auto (CUDA when a GPU is present), cpu, cuda, or scripted:FILE (test-only "
-                 "scripted outputs, see runtime/scripted_backend.h)");
-  app.add_option("--timeout", a.timeout_s,
-                 "longest wait for a client to take response bytes, seconds (default 600)");
-  app.add_option("--header-timeout", a.header_timeout_s,
-                 "seconds a client has to send the request line and headers (default 10)");
-  app.add_option("--body-timeout", a.body_timeout_s,
-                 "seconds a client has to send the body after the headers (default 60)");
-  app.add_option("--keep-alive-timeout", a.keep_alive_s,
-                 "seconds an idle keep-alive connection stays open (default 5)");
-  app.add_option("--max-connections", a.max_connections,
-                 "open connections; at the limit the oldest idle one is closed (default 1024)");
-  app.add_option("--max-json-depth", a.max_json_depth,
-                 "deepest nesting of arrays/objects accepted in a request (default 64)");
+                 "scripted outputs, see runtime/scripted_backend.h)")->group(kModel);
+  app.add_flag("--reference", a.reference, "CPU: the plain scalar reference path")->group(kModel);
+  app.add_option("-a,--alias", a.alias,
+                 "model name in /v1/models and responses (default: file stem); comma-separated "
+                 "names add aliases, the first is the id")->group(kModel);
+
+  app.add_option("--host", a.host, "address to bind (default 127.0.0.1: loopback only)")->group(kNetwork);
+  if (with_port) {
+    app.add_option("--port", a.port, "port to listen on (default 8080; 0: any free port)")->group(kNetwork);
+  }
+  app.add_option("--api-key", a.api_key,
+                 "require this key (Authorization: Bearer or X-Api-Key); /health is exempt. "
+                 "Visible in ps: prefer --api-key-file or GEM_API_KEY / LLAMA_API_KEY")->group(kNetwork);
+  app.add_option("--api-key-file", a.api_key_file,
+                 "read the required key from the first line of this file")->group(kNetwork);
   app.add_option("--cors", a.cors,
                  "comma-separated browser origins allowed to call the API (e.g. "
-                 "http://localhost:3000; * for any); others sending Origin get 403");
+                 "http://localhost:3000; * for any); others sending Origin get 403")->group(kNetwork);
+  app.add_flag("--no-webui", a.no_webui, "do not serve the chat page at / (then / answers 404)")
+      ->group(kNetwork);
+
+  app.add_option("-n,--n-predict", a.n_predict,
+                 "max tokens of a reply when the request sets none (default -1: until the end "
+                 "of the turn or a full context)")->group(kDefaults);
+  app.add_option_function<float>("--temp", [&a](const float& v) { a.temp = v; },
+                                 "temperature (default: the model's recommendation, else 1.0; 0: greedy)")
+      ->group(kDefaults);
+  app.add_option_function<int>("--top-k", [&a](const int& v) { a.top_k = v; },
+                               "top-k (default: the model's, else 64; 0: off)")->group(kDefaults);
+  app.add_option_function<float>("--top-p", [&a](const float& v) { a.top_p = v; },
+                                 "top-p (default: the model's, else 0.95; 1: off)")->group(kDefaults);
+  app.add_option_function<float>("--min-p", [&a](const float& v) { a.min_p = v; },
+                                 "min-p (default: the model's, else 0: off)")->group(kDefaults);
+  app.add_option_function<int64_t>("-s,--seed", [&a](const int64_t& v) { a.seed = v; },
+                                   "random seed (default -1: a random one per request)")->group(kDefaults);
+  app.add_option_function<float>("--repeat-penalty", [&a](const float& v) { a.repeat_penalty = v; },
+                                 "repeat penalty over the last --repeat-last-n tokens (default 1: off)")
+      ->group(kDefaults);
+  app.add_option_function<int>("--repeat-last-n", [&a](const int& v) { a.repeat_last_n = v; },
+                               "tokens the penalties look back over (default 64; 0: off, -1: all)")
+      ->group(kDefaults);
+  app.add_option_function<float>("--presence-penalty", [&a](const float& v) { a.presence_penalty = v; },
+                                 "presence penalty (default 0: off)")->group(kDefaults);
+  app.add_option_function<float>("--frequency-penalty", [&a](const float& v) { a.frequency_penalty = v; },
+                                 "frequency penalty (default 0: off)")->group(kDefaults);
+  app.add_option("--reasoning-format", a.reasoning_format,
+                 "how the model's thinking is returned: auto or deepseek (reasoning_content, the "
+                 "default), none (left in content with its markers), deepseek-legacy (both)")
+      ->check(CLI::IsMember({"auto", "none", "deepseek", "deepseek-legacy"}))->group(kDefaults);
+  app.add_option("--reasoning-budget", a.reasoning_budget,
+                 "thinking budget in tokens: -1 unlimited (default), 0 thinking off, N: the "
+                 "thought is closed after N tokens")->group(kDefaults);
+  app.add_option("--chat-template-kwargs", a.chat_template_kwargs,
+                 "JSON object of template variables, e.g. '{\"enable_thinking\":false}' (the one "
+                 "Gemma 4's template reads)")->group(kDefaults);
+
+  app.add_flag("--metrics", a.metrics, "serve Prometheus metrics at GET /metrics")->group(kEndpoints);
+  app.add_flag("--slots,!--no-slots", a.slots,
+               "GET /slots: the slot's state (on by default; --no-slots answers 501)")->group(kEndpoints);
+  app.add_option("--parallel", a.n_parallel,
+                 "-np: parallel slots; stored, but requests are served one at a time for now "
+                 "(more than 1 prints a notice)")->group(kEndpoints);
+  app.add_option("--queue", a.queue,
+                 "requests that may wait behind the running one (default 8; more get 503)")->group(kEndpoints);
+
+  app.add_option("--max-body", a.max_body, "largest request body (default 16M; K/M/G suffixes)")->group(kLimits);
+  app.add_option("--max-json-depth", a.max_json_depth,
+                 "deepest nesting of arrays/objects accepted in a request (default 64)")->group(kLimits);
+  app.add_option("--max-connections", a.max_connections,
+                 "open connections; at the limit the oldest idle one is closed (default 1024)")->group(kLimits);
+  app.add_option("--timeout", a.timeout_s,
+                 "longest wait for a client to take response bytes, seconds (default 600)")->group(kLimits);
+  app.add_option("--header-timeout", a.header_timeout_s,
+                 "seconds a client has to send the request line and headers (default 10)")->group(kLimits);
+  app.add_option("--body-timeout", a.body_timeout_s,
+                 "seconds a client has to send the body after the headers (default 60)")->group(kLimits);
+  app.add_option("--keep-alive-timeout", a.keep_alive_s,
+                 "seconds an idle keep-alive connection stays open (default 5)")->group(kLimits);
+  app.add_option("--sse-ping-interval", a.ping_s,
+                 "longest SSE silence in seconds before a keep-alive comment (default 10)")->group(kLimits);
   app.add_option("--shutdown-timeout", a.shutdown_timeout_s,
                  "on SIGTERM/SIGINT, seconds running requests get to finish (default 5), then "
                  "streams end with an error event and [DONE]; a second signal exits at once. "
-                 "Exit status: 0 clean drain, 3 requests cut, 128+N on a second signal N");
-  app.add_option("--max-body", a.max_body, "largest request body (default 16M; K/M/G suffixes)");
-  app.add_option("--queue", a.queue,
-                 "requests that may wait behind the running one (default 8; more get 503)");
-  app.add_option("--tile", a.tile, "prompt tokens evaluated per layer pass (default 256)");
-  app.add_flag("--reference", a.reference, "CPU: the plain scalar reference path");
-  app.add_option("--sse-ping-interval", a.ping_s,
-                 "longest SSE silence in seconds before a keep-alive comment (default 10)");
-  static int ignored_ngl = 0;
-  app.add_option("--n-gpu-layers,--gpu-layers", ignored_ngl,
-                 "accepted for llama-server compatibility and ignored");
-  app.add_flag("--no-webui", a.no_webui, "do not serve the chat page at / (then / answers 404)");
-  app.add_flag("-v,--verbose", a.verbose, "debug logging");
+                 "Exit status: 0 clean drain, 3 requests cut, 128+N on a second signal N")->group(kLimits);
+  app.add_flag("-v,--verbose", a.verbose, "debug logging")->group(kLimits);
+
+  // Flags that tune what gem decides itself: accepted so llama-server command lines run
+  // unchanged, each with a one-line notice.
+  auto notice = [&a](std::string text) { a.notices.push_back(std::move(text)); };
+  app.add_option_function<std::string>(
+         "--n-gpu-layers,--gpu-layers",
+         [notice](const std::string&) {
+           notice("-ngl is ignored: the CUDA backend always holds the whole model on the GPU");
+         },
+         "-ngl N: ignored (the CUDA backend holds the whole model)")
+      ->group(kIgnored);
+  app.add_option_function<std::string>(
+         "--flash-attn",
+         [notice](const std::string&) {
+           notice("-fa is ignored: gem's attention kernels are always fused (flash-style)");
+         },
+         "-fa [on|off|auto]: ignored (attention is always fused)")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"on", "off", "auto", "true", "false", "1", "0", "enabled", "disabled"}))
+      ->group(kIgnored);
+  app.add_flag_function("--jinja,--no-jinja",
+                        [notice](int64_t) {
+                          notice("--jinja/--no-jinja are ignored: gem renders Gemma 4's chat "
+                                 "template natively, byte for byte");
+                        },
+                        "ignored (the chat template is rendered natively)")->group(kIgnored);
+  app.add_option_function<int>(
+         "-b,--batch-size",
+         [notice](const int&) {
+           notice("-b is ignored: prompts are evaluated in tiles of --tile (-ub) tokens");
+         },
+         "ignored (see --tile / -ub)")->group(kIgnored);
+  app.add_flag_function("--mlock",
+                        [notice](int64_t) { notice("--mlock is ignored: weights stay memory-mapped"); },
+                        "ignored")->group(kIgnored);
+  app.add_flag_function("--no-mmap",
+                        [notice](int64_t) {
+                          notice("--no-mmap is ignored: gem always maps the file (CPU weights are "
+                                 "repacked into memory at load)");
+                        },
+                        "ignored")->group(kIgnored);
+  app.add_flag_function("--cont-batching,--no-cont-batching",
+                        [notice](int64_t) {
+                          notice("-cb/--cont-batching is ignored: requests are served one at a "
+                                 "time for now");
+                        },
+                        "-cb / -nocb: ignored")->group(kIgnored);
+}
+
+void print_notices(const char* command, const ServeArgs& a) {
+  for (const std::string& n : a.notices) std::fprintf(stderr, "gem %s: %s\n", command, n.c_str());
 }
 
 Status resolve_api_key(ServeArgs& a) {
@@ -175,13 +294,75 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   if (a.ping_s <= 0) return errorf("--sse-ping-interval %d: must be positive", a.ping_s);
   if (a.tile <= 0) return errorf("--tile %d: must be positive", a.tile);
   if (a.n_ctx < 0) return errorf("-c %d: must be >= 0", a.n_ctx);
+  if (a.n_predict < -1) return errorf("-n %d: expected -1 (no limit) or a token count >= 0", a.n_predict);
+  if (a.n_parallel < 1) return errorf("--parallel %d: expected at least 1", a.n_parallel);
+  if (a.reasoning_budget < -1) {
+    return errorf("--reasoning-budget %d: expected -1 (unlimited), 0 (thinking off) or a token count",
+                  a.reasoning_budget);
+  }
+  auto in_range = [](const std::optional<float>& v, float lo, float hi) {
+    return !v || (std::isfinite(*v) && *v >= lo && *v <= hi);
+  };
+  if (!in_range(a.temp, 0.0f, 100.0f)) return errorf("--temp %g: expected 0-100", static_cast<double>(*a.temp));
+  if (!in_range(a.top_p, 0.0f, 1.0f)) return errorf("--top-p %g: expected 0-1", static_cast<double>(*a.top_p));
+  if (!in_range(a.min_p, 0.0f, 1.0f)) return errorf("--min-p %g: expected 0-1", static_cast<double>(*a.min_p));
+  if (!in_range(a.repeat_penalty, 0.0f, 100.0f)) {
+    return errorf("--repeat-penalty %g: expected 0-100", static_cast<double>(*a.repeat_penalty));
+  }
+  if (!in_range(a.presence_penalty, -2.0f, 2.0f)) {
+    return errorf("--presence-penalty %g: expected -2 to 2", static_cast<double>(*a.presence_penalty));
+  }
+  if (!in_range(a.frequency_penalty, -2.0f, 2.0f)) {
+    return errorf("--frequency-penalty %g: expected -2 to 2", static_cast<double>(*a.frequency_penalty));
+  }
+  if (a.top_k && *a.top_k < -1) return errorf("--top-k %d: expected >= 0 (0: off)", *a.top_k);
+  if (a.repeat_last_n && *a.repeat_last_n < -1) {
+    return errorf("--repeat-last-n %d: expected -1 (all), 0 (off) or a token count", *a.repeat_last_n);
+  }
+  bool thinking = true;
+  if (!a.chat_template_kwargs.empty()) {
+    const nlohmann::json kw = nlohmann::json::parse(a.chat_template_kwargs, nullptr, false);
+    if (kw.is_discarded() || !kw.is_object()) {
+      return errorf("--chat-template-kwargs %s: expected a JSON object such as "
+                    "'{\"enable_thinking\":false}'", a.chat_template_kwargs.substr(0, 100).c_str());
+    }
+    for (auto it = kw.begin(); it != kw.end(); ++it) {
+      if (it.key() == "enable_thinking") {
+        if (!it->is_boolean()) {
+          return errorf("--chat-template-kwargs: enable_thinking: expected true or false, got %s",
+                        it->dump().substr(0, 40).c_str());
+        }
+        thinking = it->get<bool>();
+      } else {
+        std::fprintf(stderr, "gem serve: --chat-template-kwargs: \"%s\" is not a variable of "
+                     "Gemma 4's chat template; ignored\n", it.key().substr(0, 64).c_str());
+      }
+    }
+  }
   server::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
   o.api_key = a.api_key;
-  o.model_name = a.alias.empty() ? model_stem(a.model) : a.alias;
+  for (const std::string& name : split_list(a.alias)) o.aliases.push_back(name);
+  o.model_name = o.aliases.empty() ? model_stem(a.model) : o.aliases.front();
   o.model_path = a.model;
-  o.n_ctx = a.n_ctx > 0 ? a.n_ctx : 32768;
+  o.n_ctx = a.n_ctx;  // 0 until the GGUF header says (load_into)
+  o.n_predict = a.n_predict;
+  o.sampling.temperature = a.temp;
+  o.sampling.top_k = a.top_k;
+  o.sampling.top_p = a.top_p;
+  o.sampling.min_p = a.min_p;
+  o.sampling.repeat_penalty = a.repeat_penalty;
+  o.sampling.repeat_last_n = a.repeat_last_n;
+  o.sampling.presence_penalty = a.presence_penalty;
+  o.sampling.frequency_penalty = a.frequency_penalty;
+  if (a.seed && *a.seed >= 0) o.sampling.seed = static_cast<uint64_t>(*a.seed);
+  server::parse_reasoning_format(a.reasoning_format, &o.reasoning_format);
+  o.reasoning_budget = a.reasoning_budget;
+  o.enable_thinking = thinking;
+  o.metrics = a.metrics;
+  o.slots = a.slots;
+  o.n_parallel = a.n_parallel;
   o.max_body_bytes = max_body;
   o.max_queue = a.queue;
   o.timeout_s = a.timeout_s;
@@ -190,7 +371,7 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   o.keep_alive_s = a.keep_alive_s;
   o.max_connections = a.max_connections;
   o.max_json_depth = a.max_json_depth;
-  o.cors_origins = split_origins(a.cors);
+  o.cors_origins = split_list(a.cors);
   o.heartbeat_s = a.ping_s;
   o.webui = !a.no_webui;
   o.build_info = std::string(GEM_VERSION) + "-" + build_commit();
@@ -203,11 +384,25 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
 }
 
 Status load_into(const ServeArgs& a, RunningServer& running) {
-  GEM_ASSIGN_OR_RETURN(model::KvType kv, model::parse_kv_type(a.kv_type));
+  std::string kv_type = a.kv_type;
+  GEM_RETURN_IF_ERROR(resolve_cache_types(a.cache_type_k, a.cache_type_v, a.kv_type_given, &kv_type));
+  GEM_ASSIGN_OR_RETURN(model::KvType kv, model::parse_kv_type(kv_type));
   GEM_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::load_model(a.model));
-  GEM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::from_gguf(*m->file));
   BackendOptions bo;
   bo.n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min(m->config.context_length > 0 ? m->config.context_length : 32768, 32768);
+  {
+    // What /props and /v1/models can say while the tokenizer and the weights load.
+    server::ModelInfo info;
+    info.n_ctx = bo.n_ctx;
+    if (auto t = m->file->get_string("tokenizer.chat_template"); t.ok()) info.chat_template = std::string(*t);
+    info.temperature = m->config.sampling_temp;
+    info.top_k = m->config.sampling_top_k;
+    info.top_p = m->config.sampling_top_p;
+    info.min_p = m->config.sampling_min_p;
+    info.n_vocab = m->config.n_vocab;
+    running.server->set_model_info(std::move(info));
+  }
+  GEM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::from_gguf(*m->file));
   bo.kv_type = kv;
   bo.n_threads = a.n_threads;
   bo.n_tile = a.tile;
@@ -224,7 +419,7 @@ Status load_into(const ServeArgs& a, RunningServer& running) {
     BackendFlags f;
     f.backend = a.backend;
     f.n_ctx = bo.n_ctx;
-    f.kv_type = a.kv_type;
+    f.kv_type = kv_type;
     f.n_threads = a.n_threads;
     f.n_tile = a.tile;
     f.reference = a.reference;
@@ -254,6 +449,14 @@ int run_serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   if (Status st = resolve_api_key(a); !st.ok()) return fail("serve", st.message());
+  if (Status st = resolve_cache_types(a.cache_type_k, a.cache_type_v, a.kv_type_given, &a.kv_type); !st.ok()) {
+    return fail("serve", st.message());
+  }
+  if (a.n_parallel > 1) {
+    a.notices.push_back(strprintf("--parallel %d: stored, but requests are served one at a time "
+                                  "for now (the others wait in the queue)", a.n_parallel));
+  }
+  print_notices("serve", a);
   auto running = start_server(a);
   if (!running.ok()) return fail("serve", running.message());
   std::fprintf(stderr, "gem serve: listening on http://%s:%d (loading %s)%s\n", a.host.c_str(),
@@ -294,8 +497,9 @@ int run_serve(ServeArgs& a) {
     return fail("serve", st.message());
   }
   loaded.store(true);
+  const std::vector<std::string> names = split_list(a.alias);
   std::fprintf(stderr, "gem serve: ready in %.1f s: model \"%s\", context %d, backend %s\n",
-               timer.seconds(), a.alias.empty() ? std::filesystem::path(a.model).stem().c_str() : a.alias.c_str(),
+               timer.seconds(), names.empty() ? model_stem(a.model).c_str() : names.front().c_str(),
                rs->server->engine()->n_ctx(), std::string(rs->server->engine()->backend().name()).c_str());
   while (first_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const int n_cut = rs->server->shutdown(a.shutdown_timeout_s);

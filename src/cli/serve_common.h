@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/status.h"
 #include "cli/backend_flags.h"
@@ -40,10 +42,31 @@ struct ServeArgs {
   int ping_s = 10;
   bool verbose = false;
   bool no_webui = false;    // --no-webui: no chat page at /
+  bool kv_type_given = false;          // --kv-type was on the command line
+  std::string cache_type_k, cache_type_v;  // -ctk / -ctv: llama-server's names for --kv-type
+
+  // Request defaults, llama-server's flags (applied when a request leaves the field out).
+  int n_predict = -1;                  // -n: max tokens (-1: until end of turn or full context)
+  std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+  std::optional<int> top_k, repeat_last_n;
+  std::optional<int64_t> seed;
+  std::string reasoning_format = "auto";  // none | deepseek | deepseek-legacy | auto
+  int reasoning_budget = -1;           // -1 unlimited, 0 thinking off, N thought tokens
+  std::string chat_template_kwargs;    // JSON object; enable_thinking is the key Gemma reads
+  bool metrics = false;                // --metrics: GET /metrics
+  bool slots = true;                   // --slots / --no-slots: GET /slots
+  int n_parallel = 1;                  // -np: stored; requests are served one at a time for now
+
+  // One-line notices for flags accepted for llama-server compatibility that change nothing here,
+  // printed when the server starts.
+  std::vector<std::string> notices;
 };
 
-// Adds the server flags to `app`; `with_port` is false for `gem agent` (it picks a free port).
+// Adds the server flags to `app`, grouped for --help; `with_port` is false for `gem agent` (it
+// picks a free port).
 void add_serve_options(CLI::App& app, ServeArgs& args, bool with_port);
+// Prints args.notices, one line each, prefixed with "gem COMMAND: ".
+void print_notices(const char* command, const ServeArgs& args);
 
 // The API key from --api-key, --api-key-file or the environment (GEM_API_KEY, then
 // LLAMA_API_KEY, llama-server's), into args.api_key. Two sources given is an error; an

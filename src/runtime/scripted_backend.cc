@@ -144,6 +144,10 @@ Result<std::unique_ptr<ScriptedBackend>> make_scripted_backend(const std::string
   so.n_vocab = tokenizer.n_vocab();
   so.token_delay_us = static_cast<int>(j.value("token_delay_ms", 0.0) * 1000);
   so.tile_delay_us = static_cast<int>(j.value("tile_delay_ms", 0.0) * 1000);
+  // A slow load, so that tests can watch a server that is still loading (/props, /health).
+  if (const double ms = j.value("load_delay_ms", 0.0); ms > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+  }
   const Tokenizer* tok = &tokenizer;
   ScriptFn fn = [entries, tok](std::span<const int32_t> prompt) -> std::vector<int32_t> {
     const std::string text = tok->decode(prompt, /*render_special=*/true);

@@ -69,7 +69,7 @@ class ScriptedBackend : public Backend {
 };
 
 // Reads a script file (JSON) for `gem serve --backend scripted:FILE`:
-//   {"token_delay_ms": 0, "tile_delay_ms": 0,
+//   {"token_delay_ms": 0, "tile_delay_ms": 0, "load_delay_ms": 0 (slept while loading),
 //    "entries": [{"match": "text in the prompt", "output": "generated text, specials allowed"}]}
 // For each prompt, the entry whose `match` occurs latest in the decoded prompt is played ("" =
 // a default that matches at position 0); no match means history-hash logits.

@@ -5,7 +5,7 @@
 
 namespace gem::server {
 
-bool prepare_chat(const std::string& body, int max_json_depth, const SamplingParams& defaults,
+bool prepare_chat(const std::string& body, int max_json_depth, const RequestDefaults& defaults,
                   const Tokenizer& tok, PreparedChat* out, ApiError* err) {
   size_t deep_at = 0;
   if (!json_depth_within(body, max_json_depth, &deep_at)) {

@@ -22,7 +22,7 @@ struct PreparedChat {
 // Body -> validated request -> rendered conversation -> tokens. Any failure is a 4xx in *err.
 // The body is read as JSON whatever its declared content type; its nesting is checked against
 // `max_json_depth` before anything recursive sees it.
-bool prepare_chat(const std::string& body, int max_json_depth, const SamplingParams& defaults,
+bool prepare_chat(const std::string& body, int max_json_depth, const RequestDefaults& defaults,
                   const Tokenizer& tokenizer, PreparedChat* out, ApiError* err);
 
 }  // namespace gem::server

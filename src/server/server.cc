@@ -9,6 +9,11 @@
 // <|tool_call> if it has not opened one, and bans end-of-turn until a call was made; a named
 // function additionally forces the text "call:NAME{" after <|tool_call> and ends the turn with
 // <|tool_response> once that call closes. The arguments are always the model's own.
+//
+// The constraints of one request run in a chain (chat::combine_constraints): the logprobs
+// observer first (it sees the raw row), then the reasoning budget, then the JSON constraint
+// (response_format) or the tool-choice one. Any constraint makes the engine sample on the host
+// from Backend::logits(); without one the CUDA backend samples on the device.
 #include "server/server.h"
 
 #include <poll.h>
@@ -236,7 +241,8 @@ int EngineGate::n_waiting() const {
 
 struct Server::Job {
   Server* server = nullptr;
-  ChatRequest req;
+  bool chat = true;             // false: a text completion (/v1/completions)
+  ChatRequest req;              // chat: the whole request; completion: its GenerationOptions
   std::vector<int32_t> prompt;
   int n_history = -1;  // prompt tokens the engine keeps cached afterwards (engine.h)
   ResponseMeta meta;
@@ -254,6 +260,7 @@ struct Server::Job {
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)), gate_(options_.max_queue) {
+  start_time_ = static_cast<int64_t>(std::time(nullptr));
   set_max_json_depth(options_.max_json_depth);
   loopback_ = http::is_loopback_host(options_.host);
   http::Options o;
@@ -283,11 +290,36 @@ Status Server::bind() {
   return ok_status();
 }
 
+void Server::set_model_info(ModelInfo info) {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  info_ = std::move(info);
+  info_known_ = true;
+}
+
 void Server::set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template) {
   engine_ = std::move(engine);
-  chat_template_ = std::move(chat_template);
-  options_.n_ctx = engine_->n_ctx();
+  {
+    std::lock_guard<std::mutex> lock(info_mu_);
+    info_.n_ctx = engine_->n_ctx();
+    info_.chat_template = std::move(chat_template);
+    if (engine_->has_model()) {
+      const model::Config& c = engine_->config();
+      info_.temperature = c.sampling_temp;
+      info_.top_k = c.sampling_top_k;
+      info_.top_p = c.sampling_top_p;
+      info_.min_p = c.sampling_min_p;
+      info_.n_vocab = c.n_vocab;
+    }
+    info_known_ = true;
+  }
   ready_.store(true);
+}
+
+ModelInfo Server::model_info() const {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  ModelInfo i = info_;
+  if (!info_known_) i.n_ctx = options_.n_ctx;  // what the flags said (0: not known yet)
+  return i;
 }
 
 bool Server::run() {
@@ -331,14 +363,178 @@ int Server::shutdown(double grace_s) {
 SamplingParams Server::default_sampling() const {
   SamplingParams s;  // temperature 1.0, top_k 64, top_p 0.95 (Gemma's recommendation)
   s.min_p = 0.0f;
-  if (engine_ && engine_->has_model()) {
-    const model::Config& c = engine_->config();
-    if (c.sampling_temp) s.temperature = *c.sampling_temp;
-    if (c.sampling_top_k) s.top_k = *c.sampling_top_k;
-    if (c.sampling_top_p) s.top_p = *c.sampling_top_p;
-    if (c.sampling_min_p) s.min_p = *c.sampling_min_p;
-  }
+  const ModelInfo info = model_info();
+  if (info.temperature) s.temperature = *info.temperature;
+  if (info.top_k) s.top_k = *info.top_k;
+  if (info.top_p) s.top_p = *info.top_p;
+  if (info.min_p) s.min_p = *info.min_p;
+  // The server's flags win over the model's recommendation.
+  const SamplingOverrides& o = options_.sampling;
+  if (o.temperature) s.temperature = *o.temperature;
+  if (o.top_k) s.top_k = *o.top_k;
+  if (o.top_p) s.top_p = *o.top_p;
+  if (o.min_p) s.min_p = *o.min_p;
+  if (o.repeat_penalty) s.repeat_penalty = *o.repeat_penalty;
+  if (o.repeat_last_n) s.repeat_last_n = *o.repeat_last_n;
+  if (o.presence_penalty) s.presence_penalty = *o.presence_penalty;
+  if (o.frequency_penalty) s.frequency_penalty = *o.frequency_penalty;
+  if (o.seed) s.seed = *o.seed;
   return s;
+}
+
+RequestDefaults Server::request_defaults() const {
+  RequestDefaults d(default_sampling());
+  d.max_tokens = options_.n_predict;
+  d.enable_thinking = options_.enable_thinking && options_.reasoning_budget != 0;
+  d.reasoning_format = options_.reasoning_format;
+  d.reasoning_budget = options_.reasoning_budget;
+  return d;
+}
+
+std::shared_ptr<const chat::JsonTokenTable> Server::json_token_table() {
+  std::call_once(json_table_once_, [this] {
+    json_table_ = std::make_shared<const chat::JsonTokenTable>(engine_->tokenizer());
+  });
+  return json_table_;
+}
+
+namespace {
+
+// Floats printed as the decimal the user wrote (0.95, not 0.949999988).
+double dec(float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; }
+
+json sampling_json(const SamplingParams& s, int n_predict) {
+  return json{{"temperature", dec(s.temperature)},
+              {"top_k", s.top_k},
+              {"top_p", dec(s.top_p)},
+              {"min_p", dec(s.min_p)},
+              {"repeat_penalty", dec(s.repeat_penalty)},
+              {"repeat_last_n", s.repeat_last_n},
+              {"presence_penalty", dec(s.presence_penalty)},
+              {"frequency_penalty", dec(s.frequency_penalty)},
+              {"seed", s.seed},  // 4294967295: a random seed per request (llama.cpp's default)
+              {"n_predict", n_predict},
+              {"max_tokens", n_predict}};
+}
+
+}  // namespace
+
+json Server::props_json() const {
+  const ModelInfo info = model_info();
+  const RequestDefaults d = request_defaults();
+  json settings = {{"params", sampling_json(d.sampling, d.max_tokens)}};
+  settings["params"]["reasoning_format"] = reasoning_format_name(d.reasoning_format);
+  settings["params"]["reasoning_budget"] = d.reasoning_budget;
+  settings["params"]["enable_thinking"] = d.enable_thinking;
+  if (info.n_ctx > 0) settings["n_ctx"] = info.n_ctx;
+  return json{{"default_generation_settings", settings},
+              {"total_slots", 1},
+              {"model_alias", options_.model_name},
+              {"model_path", options_.model_path},
+              {"modalities", {{"vision", false}, {"audio", false}, {"video", false}}},
+              {"endpoint_slots", options_.slots},
+              {"endpoint_props", false},
+              {"endpoint_metrics", options_.metrics},
+              {"chat_template", info.chat_template},
+              {"bos_token", "<bos>"},
+              {"eos_token", "<eos>"},
+              {"build_info", "b" + options_.build_info},
+              {"is_sleeping", false},
+              {"is_loading", !ready()}};
+}
+
+json Server::slots_json() const {
+  const ModelInfo info = model_info();
+  json slot = {{"id", 0},
+               {"n_ctx", info.n_ctx},
+               {"speculative", false},
+               {"is_processing", slot_busy_.load()}};
+  if (slot_task_.load() > 0) {
+    const int max_tokens = slot_max_tokens_.load();
+    const int decoded = slot_n_decoded_.load();
+    slot["id_task"] = slot_task_.load();
+    slot["n_prompt_tokens"] = slot_n_prompt_.load();
+    {
+      std::lock_guard<std::mutex> lock(slot_mu_);
+      slot["params"] = slot_params_;
+    }
+    slot["next_token"] = json::array({json{{"has_next_token", slot_busy_.load()},
+                                           {"has_new_line", false},
+                                           {"n_remain", max_tokens < 0 ? -1 : max_tokens - decoded},
+                                           {"n_decoded", decoded}}});
+  } else {
+    slot["params"] = sampling_json(default_sampling(), options_.n_predict);
+  }
+  return json::array({slot});
+}
+
+void Server::record_metrics(const runtime::GenerateResult& r) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  Metrics& m = metrics_;
+  const uint64_t evaluated = static_cast<uint64_t>(r.n_prompt - r.n_cached);
+  m.prompt_tokens += evaluated;
+  m.prompt_tokens_cached += static_cast<uint64_t>(r.n_cached);
+  m.prompt_seconds += r.prompt_seconds;
+  m.tokens_predicted += static_cast<uint64_t>(r.n_generated);
+  m.predicted_seconds += r.decode_seconds;
+  // Backend evaluations: one per prompt tile, one per generated token after the first.
+  const int tile = engine_ ? std::max(1, engine_->backend().options().n_tile) : 1;
+  m.n_decode += (evaluated + static_cast<uint64_t>(tile) - 1) / static_cast<uint64_t>(tile) +
+                static_cast<uint64_t>(std::max(0, r.n_generated - 1));
+  m.n_tokens_max = std::max(m.n_tokens_max, r.n_prompt + r.n_generated);
+  m.bucket_prompt_tokens += evaluated;
+  m.bucket_prompt_seconds += r.prompt_seconds;
+  m.bucket_predicted += static_cast<uint64_t>(r.n_generated);
+  m.bucket_predicted_seconds += r.decode_seconds;
+}
+
+std::string Server::metrics_text() {
+  Metrics m;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    m = metrics_;
+    // The gauges average over the time between two scrapes (llama-server's reset_bucket).
+    metrics_.bucket_prompt_tokens = metrics_.bucket_predicted = 0;
+    metrics_.bucket_prompt_seconds = metrics_.bucket_predicted_seconds = 0;
+  }
+  struct Item {
+    const char* name;
+    const char* help;
+    double value;
+  };
+  const Item counters[] = {
+      {"prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+       static_cast<double>(m.prompt_tokens)},
+      {"prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
+       static_cast<double>(m.prompt_tokens_cached)},
+      {"prompt_seconds_total", "Total time spent processing prompts", m.prompt_seconds},
+      {"tokens_predicted_total", "Number of generation tokens processed",
+       static_cast<double>(m.tokens_predicted)},
+      {"tokens_predicted_seconds_total", "Total time spent generating tokens", m.predicted_seconds},
+      {"n_decode_total", "Total number of backend evaluations (prompt tiles and decode steps)",
+       static_cast<double>(m.n_decode)},
+      {"n_tokens_max", "Largest observed sequence length (prompt + generation)",
+       static_cast<double>(m.n_tokens_max)},
+  };
+  const bool busy = slot_busy_.load();
+  const Item gauges[] = {
+      {"prompt_tokens_seconds", "Average prompt throughput in tokens/s",
+       m.bucket_prompt_seconds > 0 ? m.bucket_prompt_tokens / m.bucket_prompt_seconds : 0.0},
+      {"predicted_tokens_seconds", "Average generation throughput in tokens/s",
+       m.bucket_predicted_seconds > 0 ? m.bucket_predicted / m.bucket_predicted_seconds : 0.0},
+      {"requests_processing", "Number of requests processing", busy ? 1.0 : 0.0},
+      {"requests_deferred", "Number of requests deferred", static_cast<double>(gate_.n_waiting())},
+      {"n_busy_slots_per_decode", "Average number of busy slots per backend evaluation",
+       m.n_decode > 0 ? 1.0 : 0.0},
+  };
+  std::string out;
+  auto add = [&](const Item& it, const char* type) {
+    out += strprintf("# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n", it.name,
+                     it.help, it.name, type, it.name, it.value);
+  };
+  for (const Item& it : counters) add(it, "counter");
+  for (const Item& it : gauges) add(it, "gauge");
+  return out;
 }
 
 bool Server::admit(const http::Request& req, http::Response& res) {
@@ -425,10 +621,16 @@ void Server::handle(const http::Request& req, http::Response& res) {
   if (p == "/v1/models" || p == "/models") {
     if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET " + p));
     // Answered from options alone, so it works while the model loads (hax's 2 s budget).
-    json meta = {{"n_ctx", options_.n_ctx}};
-    if (ready() && engine_->has_model()) meta["n_vocab"] = engine_->config().n_vocab;
+    const ModelInfo info = model_info();
+    json meta = json::object();
+    if (info.n_ctx > 0) meta["n_ctx"] = info.n_ctx;
+    if (info.n_vocab > 0) meta["n_vocab"] = info.n_vocab;
+    json aliases = json::array({options_.model_name});
+    for (const std::string& a : options_.aliases) {
+      if (a != options_.model_name) aliases.push_back(a);
+    }
     json entry = {{"id", options_.model_name},
-                  {"aliases", json::array({options_.model_name})},
+                  {"aliases", aliases},
                   {"tags", json::array()},
                   {"object", "model"},
                   {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -438,36 +640,65 @@ void Server::handle(const http::Request& req, http::Response& res) {
   }
   if (p == "/props") {
     if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET /props"));
+    // From the start of loading: what the GGUF header said, and "is_loading" until ready.
+    return send_json(res, 200, props_json());
+  }
+  if (p == "/metrics") {
+    if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET /metrics"));
+    if (!options_.metrics) {
+      return send_error(res, api_error(501, "not_supported_error",
+                                       "This server does not support metrics endpoint. Start it "
+                                       "with `--metrics`"));
+    }
+    res.add_header("Process-Start-Time-Unix", std::to_string(start_time_));
+    return res.send(200, "text/plain; version=0.0.4", metrics_text());
+  }
+  if (p == "/slots") {
+    if (!get) return send_error(res, api_error(405, "invalid_request_error", "use GET /slots"));
+    if (!options_.slots) {
+      return send_error(res, api_error(501, "not_supported_error",
+                                       "This server does not support slots endpoint. Start it "
+                                       "with `--slots`"));
+    }
     if (!ready()) return send_error(res, loading_error());
-    const SamplingParams s = default_sampling();
-    // Floats printed as the decimal the user wrote (0.95, not 0.949999988).
-    auto dec = [](float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; };
-    json body = {
-        {"default_generation_settings",
-         {{"n_ctx", options_.n_ctx},
-          {"params",
-           {{"temperature", dec(s.temperature)},
-            {"top_k", s.top_k},
-            {"top_p", dec(s.top_p)},
-            {"min_p", dec(s.min_p)},
-            {"n_predict", -1},
-            {"seed", -1}}}}},
-        {"total_slots", 1},
-        {"model_alias", options_.model_name},
-        {"model_path", options_.model_path},
-        {"modalities", {{"vision", false}, {"audio", false}, {"video", false}}},
-        {"chat_template", chat_template_},
-        {"bos_token", "<bos>"},
-        {"eos_token", "<eos>"},
-        {"build_info", "b" + options_.build_info},
-        {"is_sleeping", false}};
-    return send_json(res, 200, body);
+    if (req.query.find("fail_on_no_slot") != std::string::npos && slot_busy_.load()) {
+      return send_error(res, api_error(503, "unavailable_error", "no slot available"));
+    }
+    return send_json(res, 200, slots_json());
   }
   if (p == "/v1/chat/completions" || p == "/chat/completions") {
     if (req.method != "POST") {
       return send_error(res, api_error(405, "invalid_request_error", "use POST " + p));
     }
     return handle_chat(req, res);
+  }
+  if (p == "/v1/completions" || p == "/completions") {
+    if (req.method != "POST") {
+      return send_error(res, api_error(405, "invalid_request_error", "use POST " + p));
+    }
+    return handle_completion(req, res);
+  }
+  if (p == "/tokenize" || p == "/detokenize" || p == "/apply-template") {
+    if (req.method != "POST") {
+      return send_error(res, api_error(405, "invalid_request_error", "use POST " + p));
+    }
+    size_t deep_at = 0;
+    if (!json_depth_within(req.body, options_.max_json_depth, &deep_at)) {
+      return send_error(res, bad_request(json_depth_message("request body", options_.max_json_depth, deep_at)));
+    }
+    json out;
+    ApiError err;
+    bool ok = false;
+    if (p == "/apply-template") {
+      // The chat format alone: no model needed.
+      ok = apply_template_route(req.body, request_defaults(), &out, &err);
+    } else {
+      if (!ready()) return send_error(res, loading_error());
+      ok = p == "/tokenize" ? tokenize_route(req.body, engine_->tokenizer(), &out, &err)
+                            : detokenize_route(req.body, engine_->tokenizer(), &out, &err);
+    }
+    if (!ok) return send_error(res, err);
+    return send_json(res, 200, out);
   }
   // The chat page (src/server/webui/index.html, embedded at build time; off with --no-webui).
   // Its own requests carry the server's origin, which admit() lets through.
@@ -492,7 +723,7 @@ void Server::handle_chat(const http::Request& req, http::Response& res) {
   job->server = this;
   PreparedChat prepared;
   ApiError err;
-  if (!prepare_chat(req.body, options_.max_json_depth, default_sampling(), engine_->tokenizer(),
+  if (!prepare_chat(req.body, options_.max_json_depth, request_defaults(), engine_->tokenizer(),
                     &prepared, &err)) {
     send_error(res, err);
     return;
@@ -500,7 +731,35 @@ void Server::handle_chat(const http::Request& req, http::Response& res) {
   job->req = std::move(prepared.req);
   job->prompt = std::move(prepared.prompt);
   job->n_history = prepared.n_history;
-  const ChatRequest& cr = job->req;
+  start_job(std::move(job), res);
+}
+
+void Server::handle_completion(const http::Request& req, http::Response& res) {
+  if (!ready()) {
+    send_error(res, loading_error());
+    return;
+  }
+  size_t deep_at = 0;
+  if (!json_depth_within(req.body, options_.max_json_depth, &deep_at)) {
+    send_error(res, bad_request(json_depth_message("request body", options_.max_json_depth, deep_at)));
+    return;
+  }
+  CompletionRequest cr;
+  ApiError err;
+  auto job = std::make_shared<Job>();
+  job->server = this;
+  job->chat = false;
+  if (!parse_completion_request(req.body, request_defaults(), &cr, &err) ||
+      !build_completion_prompt(cr, engine_->tokenizer(), &job->prompt, &err)) {
+    send_error(res, err);
+    return;
+  }
+  static_cast<GenerationOptions&>(job->req) = std::move(static_cast<GenerationOptions&>(cr));
+  job->req.enable_thinking = false;
+  start_job(std::move(job), res);
+}
+
+void Server::start_job(std::shared_ptr<Job> job, http::Response& res) {
   const int n_prompt = static_cast<int>(job->prompt.size());
   if (n_prompt >= engine_->n_ctx()) {
     ApiError e = bad_request(strprintf("request (%d tokens) exceeds the available context size "
@@ -515,6 +774,8 @@ void Server::handle_chat(const http::Request& req, http::Response& res) {
     send_error(res, shutdown_error());
     return;
   }
+  // A JSON reply needs the vocabulary as bytes: built once, before the request holds the engine.
+  if (job->req.json_grammar) json_token_table();
   job->ticket = gate_.enter();
   if (job->ticket == 0) {
     send_error(res, api_error(503, "unavailable_error",
@@ -522,20 +783,46 @@ void Server::handle_chat(const http::Request& req, http::Response& res) {
     return;
   }
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  job->meta.id = "chatcmpl-" + random_alnum(rng, 32);
+  job->meta.id = (job->chat ? "chatcmpl-" : "cmpl-") + random_alnum(rng, 32);
   job->meta.created = static_cast<int64_t>(std::time(nullptr));
   job->meta.model = options_.model_name;
   job->meta.fingerprint = "b" + options_.build_info;
   job->fd = res.fd();
   n_requests_++;
 
-  if (cr.stream) {
+  if (job->req.stream) {
     res.add_header("Cache-Control", "no-cache");
     res.add_header("X-Accel-Buffering", "no");
     if (!res.start_stream(200, "text/event-stream")) return;
   }
   if (!run_job(*job, res)) res.drop();  // the client is gone; nothing will be read
 }
+
+namespace {
+
+// logprobs: the observer runs first among the constraints and keeps each step's raw logits row,
+// so that the log-probabilities come from the very logits the token is drawn from. A constraint
+// makes the engine sample on the host from Backend::logits() (never the device sampler), which
+// is what requesting logprobs costs.
+class LogprobRecorder {
+ public:
+  LogprobRecorder(const Tokenizer& tokenizer, int top_n) : tokenizer_(tokenizer), top_n_(top_n) {}
+  runtime::Constraint observer() {
+    return [this](std::span<float> logits, std::span<const int32_t>) -> int32_t {
+      row_.assign(logits.begin(), logits.end());
+      return -1;
+    };
+  }
+  json entry(int32_t token) { return logprob_entry(row_, token, top_n_, tokenizer_, scratch_); }
+
+ private:
+  const Tokenizer& tokenizer_;
+  int top_n_;
+  std::vector<float> row_;
+  std::vector<int32_t> scratch_;
+};
+
+}  // namespace
 
 bool Server::run_job(Job& job, http::Response& res) {
   const ChatRequest& cr = job.req;
@@ -576,14 +863,28 @@ bool Server::run_job(Job& job, http::Response& res) {
   struct Release {
     Job& job;
     ~Release() {
+      job.server->slot_busy_.store(false);
       job.holds_engine = false;
       job.server->gate_.release();
     }
   } release{job};
 
   runtime::Engine& engine = *engine_;
+  const Tokenizer& tokenizer = engine.tokenizer();
+  // The slot, for /slots and /metrics.
+  slot_task_.fetch_add(1);
+  slot_n_prompt_.store(static_cast<int>(job.prompt.size()));
+  slot_n_decoded_.store(0);
+  slot_max_tokens_.store(cr.max_tokens);
+  {
+    std::lock_guard<std::mutex> lock(slot_mu_);
+    slot_params_ = sampling_json(cr.sampling, cr.max_tokens);
+    slot_params_["stream"] = cr.stream;
+  }
+  slot_busy_.store(true);
+
   std::atomic<bool> gone{false};
-  if (streaming && !cr.return_progress &&
+  if (job.chat && streaming && !cr.return_progress &&
       !writer.event(chunk_json(job.meta, json{{"role", "assistant"}, {"content", nullptr}},
                                nullptr))) {
     return false;
@@ -591,10 +892,11 @@ bool Server::run_job(Job& job, http::Response& res) {
 
   chat::ParserOptions po;
   po.thinking = cr.enable_thinking;
-  po.tools = !cr.tools.empty() && cr.tool_choice != ToolChoice::kNone;
-  chat::OutputParser parser(engine.tokenizer(), po);
+  po.tools = !cr.tools.empty() && cr.tool_choice != ToolChoice::kNone && !cr.json_grammar;
+  chat::OutputParser parser(tokenizer, po);
+  StreamDecoder decoder(tokenizer, /*render_special=*/false);  // text completions
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  DeltaAssembler assembler(cr.stop, &rng);
+  DeltaAssembler assembler(cr.stop, &rng, cr.reasoning_format);
   std::vector<chat::Event> events;
   std::vector<json> deltas;
 
@@ -604,10 +906,52 @@ bool Server::run_job(Job& job, http::Response& res) {
   greq.sampling = cr.sampling;
   greq.max_tokens = cr.max_tokens;
   greq.stop_at_eog = !cr.ignore_eos;
-  if (!cr.tools.empty()) {
-    greq.constraint = chat::make_tool_constraint(cr.tool_choice, cr.tool_name,
-                                                 cr.enable_thinking, engine.tokenizer());
+  std::unique_ptr<LogprobRecorder> recorder;
+  std::vector<runtime::Constraint> constraints;
+  if (cr.top_logprobs >= 0) {
+    recorder = std::make_unique<LogprobRecorder>(tokenizer, cr.top_logprobs);
+    constraints.push_back(recorder->observer());
   }
+  if (job.chat) {
+    if (cr.enable_thinking && cr.reasoning_budget > 0 && !cr.json_grammar) {
+      constraints.push_back(chat::make_reasoning_budget_constraint(cr.reasoning_budget, tokenizer));
+    }
+    if (cr.json_grammar) {
+      chat::JsonConstraintOptions jo;
+      jo.thinking = cr.enable_thinking;
+      jo.reasoning_budget = cr.reasoning_budget;
+      // Tokens the reply may take: max_tokens, or what the context leaves.
+      const int room = engine.n_ctx() - static_cast<int>(job.prompt.size());
+      jo.budget = cr.max_tokens >= 0 ? std::min(cr.max_tokens, room) : room;
+      constraints.push_back(chat::make_json_constraint(cr.json_grammar, json_token_table(),
+                                                       tokenizer, jo));
+    } else if (!cr.tools.empty()) {
+      constraints.push_back(chat::make_tool_constraint(cr.tool_choice, cr.tool_name,
+                                                       cr.enable_thinking, tokenizer));
+    }
+  }
+  greq.constraint = chat::combine_constraints(std::move(constraints));
+
+  // logprobs entries of the answer's tokens: ready ones go out with the next content; a token
+  // that produced no text yet (part of a character) waits; reasoning and tool-call tokens are
+  // not the answer's and are dropped.
+  std::vector<json> lp_pending, lp_ready, lp_all;
+  auto take_logprob = [&](int32_t token, bool content, bool other) {
+    if (!recorder) return;
+    // The format's own tokens (<channel|>, <turn|>, ...) are never the answer's text.
+    const TokenType type = tokenizer.token_type(token);
+    const bool control = tokenizer.is_control(token) || type == TokenType::kControl ||
+                         type == TokenType::kUserDefined;
+    if (content) {
+      lp_pending.push_back(recorder->entry(token));
+      for (json& e : lp_pending) lp_ready.push_back(std::move(e));
+      lp_pending.clear();
+    } else if (other) {
+      lp_pending.clear();
+    } else if (!control) {
+      lp_pending.push_back(recorder->entry(token));
+    }
+  };
 
   const Timer timer;
   int progress_cache = -1;
@@ -621,7 +965,8 @@ bool Server::run_job(Job& job, http::Response& res) {
     if (!streaming) return true;
     if (cr.return_progress) {
       if (progress_cache < 0) progress_cache = done;
-      json chunk = chunk_json(job.meta, json{{"role", "assistant"}, {"content", nullptr}}, nullptr);
+      json chunk = job.chat ? chunk_json(job.meta, json{{"role", "assistant"}, {"content", nullptr}}, nullptr)
+                            : completion_chunk_json(job.meta, "", nullptr);
       chunk["prompt_progress"] = {{"total", total},
                                   {"cache", progress_cache},
                                   {"processed", done},
@@ -636,10 +981,24 @@ bool Server::run_job(Job& job, http::Response& res) {
     return !gone.load();
   };
   bool stop_string = false;
+  // Streams the deltas; the logprobs ready so far ride on the last content delta.
   auto emit = [&](std::vector<json>& ds) {
-    for (json& d : ds) {
-      if (streaming && !writer.event(chunk_json(job.meta, d, nullptr))) gone.store(true);
+    int last_content = -1;
+    for (size_t i = 0; i < ds.size(); ++i) {
+      if (ds[i].contains("content")) last_content = static_cast<int>(i);
     }
+    for (size_t i = 0; i < ds.size(); ++i) {
+      const bool with_lp = recorder && static_cast<int>(i) == last_content && !lp_ready.empty();
+      if (with_lp) {
+        for (json& e : lp_ready) lp_all.push_back(e);
+      }
+      if (!streaming) continue;
+      json chunk = job.chat ? chunk_json(job.meta, ds[i], nullptr)
+                            : completion_chunk_json(job.meta, ds[i].value("content", ""), nullptr);
+      if (with_lp) chunk["choices"][0]["logprobs"] = json{{"content", lp_ready}};
+      if (!writer.event(chunk)) gone.store(true);
+    }
+    if (last_content >= 0) lp_ready.clear();
     ds.clear();
   };
   cb.on_token = [&](int32_t token) {
@@ -648,10 +1007,24 @@ bool Server::run_job(Job& job, http::Response& res) {
       gone.store(true);
       return false;
     }
-    events.clear();
-    parser.push(token, events);
-    for (const chat::Event& e : events) {
-      if (assembler.add(e, deltas)) stop_string = true;
+    slot_n_decoded_.fetch_add(1);
+    bool content = false, other = false;
+    if (job.chat) {
+      events.clear();
+      parser.push(token, events);
+      for (const chat::Event& e : events) {
+        (e.kind == chat::EventKind::kContent ? content : other) = true;
+      }
+      take_logprob(token, content, other);
+      for (const chat::Event& e : events) {
+        if (assembler.add(e, deltas)) stop_string = true;
+      }
+    } else if (!engine.is_eog(token)) {
+      const std::string text = decoder.push(token);
+      take_logprob(token, !text.empty(), false);
+      if (!text.empty() && assembler.add(chat::Event{chat::EventKind::kContent, text, -1}, deltas)) {
+        stop_string = true;
+      }
     }
     emit(deltas);
     return !stop_string && !gone.load();
@@ -661,6 +1034,7 @@ bool Server::run_job(Job& job, http::Response& res) {
     Monitor monitor(job.fd, &writer, options_.heartbeat_s, &gone);
     return engine.generate(greq, cb);
   }();
+  slot_busy_.store(false);  // before the answer goes out: a client's next GET sees the slot idle
 
   if (!result.ok()) {
     GEM_LOG_ERROR("%s: %s", job.meta.id.c_str(), result.message().c_str());
@@ -673,6 +1047,7 @@ bool Server::run_job(Job& job, http::Response& res) {
     return true;
   }
   const runtime::GenerateResult& r = *result;
+  record_metrics(r);
   if (gone.load()) {
     GEM_LOG_INFO("%s: client disconnected (prompt %d, generated %d); state restored",
                  job.meta.id.c_str(), r.n_prompt, r.n_generated);
@@ -682,15 +1057,23 @@ bool Server::run_job(Job& job, http::Response& res) {
   if (r.finish == runtime::FinishReason::kCancelledInPrompt) return false;
   const bool length = r.finish == runtime::FinishReason::kLength ||
                       r.finish == runtime::FinishReason::kContextFull;
-  events.clear();
-  parser.finish(length && !stop_string ? chat::StopCause::kLength : chat::StopCause::kEog, events);
-  if (!stop_string) {
-    for (const chat::Event& e : events) {
-      if (assembler.add(e, deltas)) stop_string = true;
+  if (job.chat) {
+    events.clear();
+    parser.finish(length && !stop_string ? chat::StopCause::kLength : chat::StopCause::kEog, events);
+    if (!stop_string) {
+      for (const chat::Event& e : events) {
+        if (assembler.add(e, deltas)) stop_string = true;
+      }
+    }
+  } else if (!stop_string) {
+    const std::string tail = decoder.flush();
+    if (!tail.empty() && assembler.add(chat::Event{chat::EventKind::kContent, tail, -1}, deltas)) {
+      stop_string = true;
     }
   }
   assembler.flush(deltas);
   emit(deltas);
+  for (json& e : lp_ready) lp_all.push_back(std::move(e));  // text held back by a stop string
   const std::string reason = finish_reason(r.finish, stop_string, assembler.n_tool_calls());
   GEM_LOG_INFO("%s: prompt %d (cached %d) in %.2f s, generated %d in %.2f s (%.1f tok/s), %s",
                job.meta.id.c_str(), r.n_prompt, r.n_cached, r.prompt_seconds, r.n_generated,
@@ -698,11 +1081,14 @@ bool Server::run_job(Job& job, http::Response& res) {
                reason.c_str());
 
   if (streaming) {
-    json fin = chunk_json(job.meta, json::object(), reason);
+    json fin = job.chat ? chunk_json(job.meta, json::object(), reason)
+                        : completion_chunk_json(job.meta, "", reason);
     if (!cr.include_usage) fin["timings"] = timings_json(r);
+    if (!job.chat) fin["usage"] = usage_json(r);
     if (!writer.event(fin)) return false;
     if (cr.include_usage) {
-      json u = chunk_json(job.meta, json::object(), nullptr);
+      json u = job.chat ? chunk_json(job.meta, json::object(), nullptr)
+                        : completion_chunk_json(job.meta, "", nullptr);
       u["choices"] = json::array();
       u["usage"] = usage_json(r);
       u["timings"] = timings_json(r);
@@ -711,13 +1097,21 @@ bool Server::run_job(Job& job, http::Response& res) {
     if (!writer.write("data: [DONE]\n\n")) return false;
     return res.end_stream();
   }
-  json body = {{"choices", json::array({json{{"finish_reason", reason},
-                                             {"index", 0},
-                                             {"message", assembler.message()}}})},
+  json choice;
+  if (job.chat) {
+    choice = {{"finish_reason", reason}, {"index", 0}, {"message", assembler.message()}};
+    if (recorder) choice["logprobs"] = json{{"content", lp_all}};
+  } else {
+    choice = {{"text", assembler.message()["content"]},
+              {"index", 0},
+              {"logprobs", recorder ? json{{"content", lp_all}} : json(nullptr)},
+              {"finish_reason", reason}};
+  }
+  json body = {{"choices", json::array({choice})},
                {"created", job.meta.created},
                {"model", job.meta.model},
                {"system_fingerprint", job.meta.fingerprint},
-               {"object", "chat.completion"},
+               {"object", job.chat ? "chat.completion" : "text_completion"},
                {"usage", usage_json(r)},
                {"id", job.meta.id},
                {"timings", timings_json(r)}};

@@ -1,7 +1,9 @@
 // The HTTP server behind `gem serve`: llama-server-compatible routes (/health, /v1/models,
-// /props, /v1/chat/completions; each also without /v1), SSE streaming, one generating request
-// at a time with a bounded FIFO queue, disconnect-driven cancellation, API key, body limits.
-// The GET routes never touch the engine, so they answer while a request generates.
+// /props, /v1/chat/completions, /v1/completions; each also without /v1; /tokenize,
+// /detokenize, /apply-template, /metrics, /slots), SSE streaming, one generating request at a
+// time with a bounded FIFO queue, disconnect-driven cancellation, API key, body limits. The GET
+// routes never touch the engine, so they answer while a request generates; /v1/models and /props
+// answer while the model loads too (/props with "is_loading": true).
 //
 // Transport (server/http.h): an epoll front reads whole requests under header and body
 // deadlines and hands only complete ones to workers. Browser safety: a request carrying an
@@ -16,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -24,6 +27,7 @@
 #include "base/status.h"
 #include "runtime/engine.h"
 #include "sampler/sampler.h"
+#include "server/api.h"
 #include "server/json_limits.h"
 
 namespace gem::server::http {
@@ -33,6 +37,26 @@ class Response;
 }  // namespace gem::server::http
 
 namespace gem::server {
+
+// Server-wide sampling defaults (--temp, --top-k, ...): each one given replaces the model's
+// recommended value for requests that leave the field out.
+struct SamplingOverrides {
+  std::optional<float> temperature, top_p, min_p, repeat_penalty, presence_penalty,
+      frequency_penalty;
+  std::optional<int> top_k, repeat_last_n;
+  std::optional<uint64_t> seed;
+};
+
+// What is known of the model before it can generate (its GGUF header), so /props and
+// /v1/models can answer while the weights load.
+struct ModelInfo {
+  int n_ctx = 0;                 // the context the server will run with
+  std::string chat_template;     // tokenizer.chat_template
+  // general.sampling.*: the model's recommended sampling, when the file carries it.
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int> top_k;
+  int n_vocab = 0;
+};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";   // loopback unless told otherwise
@@ -56,6 +80,16 @@ struct ServerOptions {
   int heartbeat_s = 10;             // longest SSE silence before a ": keep-alive" comment
   std::string build_info = "gem";   // /props build_info; fingerprint "b" + this
   bool webui = true;                // serve the chat page (src/server/webui) at GET /
+  std::vector<std::string> aliases; // more names for the model in /v1/models (--alias a,b)
+  // Request defaults (llama-server's flags of the same meaning).
+  SamplingOverrides sampling;       // --temp, --top-k, --top-p, --min-p, --seed, penalties
+  int n_predict = -1;               // -n: max_tokens of a request that sets none (-1: no limit)
+  bool enable_thinking = true;      // --chat-template-kwargs '{"enable_thinking":false}'
+  ReasoningFormat reasoning_format = ReasoningFormat::kAuto;  // --reasoning-format
+  int reasoning_budget = -1;        // --reasoning-budget: -1 unlimited, 0 thinking off, N tokens
+  bool metrics = false;             // GET /metrics (Prometheus text), --metrics
+  bool slots = true;                // GET /slots, --no-slots turns it off (501)
+  int n_parallel = 1;               // --parallel: reported; requests run one at a time for now
 };
 
 // FIFO admission: one request runs, at most `max_queue` wait; the rest are refused.
@@ -88,6 +122,9 @@ class Server {
   // until set_engine(), /health and chat answer 503 "Loading model".
   Status bind();
   int port() const { return port_; }
+  // While loading: what the GGUF header said (n_ctx, chat template, recommended sampling);
+  // /props and /v1/models answer from it.
+  void set_model_info(ModelInfo info);
   // Installs the loaded engine; `chat_template` is shown in /props.
   void set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template);
   // Serves until stop(). Returns false when the server could not run.
@@ -110,10 +147,21 @@ class Server {
   // The browser, Host and key checks; false when `res` already holds the refusal.
   bool admit(const http::Request& req, http::Response& res);
   void handle_chat(const http::Request& req, http::Response& res);
+  void handle_completion(const http::Request& req, http::Response& res);
+  // Admits a prepared job (queue, response identity) and runs it.
+  void start_job(std::shared_ptr<Job> job, http::Response& res);
   // Runs one admitted request: streams SSE when the request asked for it, otherwise answers
   // with one JSON body. Returns false when the client went away.
   bool run_job(Job& job, http::Response& res);
   SamplingParams default_sampling() const;
+  RequestDefaults request_defaults() const;
+  ModelInfo model_info() const;
+  nlohmann::json props_json() const;
+  nlohmann::json slots_json() const;
+  std::string metrics_text();
+  // The JSON constraint's view of the vocabulary, built at the first response_format request.
+  std::shared_ptr<const chat::JsonTokenTable> json_token_table();
+  void record_metrics(const runtime::GenerateResult& r);
 
   ServerOptions options_;
   std::unique_ptr<http::Server> http_;
@@ -123,9 +171,35 @@ class Server {
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::unique_ptr<runtime::Engine> engine_;
-  std::string chat_template_;
+  mutable std::mutex info_mu_;
+  ModelInfo info_;               // guarded by info_mu_
+  bool info_known_ = false;      // guarded by info_mu_
   EngineGate gate_;
   std::atomic<uint64_t> n_requests_{0};
+  std::once_flag json_table_once_;
+  std::shared_ptr<const chat::JsonTokenTable> json_table_;
+
+  // The one slot, for /slots: what runs now (or ran last).
+  std::atomic<bool> slot_busy_{false};
+  std::atomic<int> slot_n_prompt_{0};
+  std::atomic<int> slot_n_decoded_{0};
+  std::atomic<int> slot_max_tokens_{-1};
+  std::atomic<uint64_t> slot_task_{0};
+  mutable std::mutex slot_mu_;
+  nlohmann::json slot_params_;   // guarded by slot_mu_
+
+  // /metrics counters (llama-server's names); the *_bucket ones cover the time since the last
+  // scrape, as llama-server's gauges do.
+  struct Metrics {
+    uint64_t prompt_tokens = 0, prompt_tokens_cached = 0, tokens_predicted = 0, n_decode = 0;
+    double prompt_seconds = 0, predicted_seconds = 0;
+    int n_tokens_max = 0;
+    uint64_t bucket_prompt_tokens = 0, bucket_predicted = 0;
+    double bucket_prompt_seconds = 0, bucket_predicted_seconds = 0;
+  };
+  std::mutex metrics_mu_;
+  Metrics metrics_;              // guarded by metrics_mu_
+  int64_t start_time_ = 0;       // unix seconds
 };
 
 // Whether the peer of the connection on socket `fd` is still there (no FIN/RST seen). Never

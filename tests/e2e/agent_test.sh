@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gem agent: the command sees the endpoints, its exit status comes back, signals are forwarded,
-# and the server is gone afterwards.
+# gem agent: the command sees the endpoints (OpenAI-style and hax's, with HAX_PROVIDER=llamacpp
+# unless the user chose a provider), its exit status comes back, signals are forwarded, and the
+# server is gone afterwards. With a real hax on PATH, `hax -p` runs against it (else skipped).
 set -euo pipefail
 GEM="$1"; MODEL="$2"; SCRIPT="$3"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -15,6 +16,39 @@ url=$(cat "$tmp/url")
 case "$url" in http://127.0.0.1:*/v1) ;; *) fail "OPENAI_BASE_URL=$url";; esac
 curl -s --max-time 2 "${url%/v1}/health" >/dev/null && fail "server still answering after the command ended"
 echo "ok: agent exit status, environment, cleanup"
+
+# The environment the command sees, variable by variable.
+"$GEM" agent -m "$MODEL" --backend "scripted:$SCRIPT" -c 512 -- \
+  bash -c 'env | grep -E "^(HAX_|OPENAI_)" | sort > '"$tmp"'/env'
+grep -qx 'HAX_PROVIDER=llamacpp' "$tmp/env" || fail "HAX_PROVIDER not llamacpp: $(cat "$tmp/env")"
+base=$(sed -n 's/^OPENAI_BASE_URL=//p' "$tmp/env")
+case "$base" in http://127.0.0.1:*/v1) ;; *) fail "OPENAI_BASE_URL=$base";; esac
+grep -qx "HAX_LLAMACPP_BASE_URL=$base" "$tmp/env" || fail "HAX_LLAMACPP_BASE_URL differs from OPENAI_BASE_URL"
+grep -q '^OPENAI_API_KEY=.' "$tmp/env" || fail "no OPENAI_API_KEY"
+grep -q '^HAX_LLAMACPP_API_KEY=' "$tmp/env" && fail "HAX_LLAMACPP_API_KEY without a key"
+# A provider the user chose is kept, even an empty one (hax reads a set variable as a choice).
+HAX_PROVIDER=openai-compatible "$GEM" agent -m "$MODEL" --backend "scripted:$SCRIPT" -c 512 -- \
+  bash -c 'echo "[$HAX_PROVIDER]" > '"$tmp"'/provider'
+[ "$(cat "$tmp/provider")" = "[openai-compatible]" ] || fail "user's HAX_PROVIDER replaced: $(cat "$tmp/provider")"
+HAX_PROVIDER= "$GEM" agent -m "$MODEL" --backend "scripted:$SCRIPT" -c 512 -- \
+  bash -c 'echo "[${HAX_PROVIDER-unset}]" > '"$tmp"'/provider'
+[ "$(cat "$tmp/provider")" = "[]" ] || fail "empty HAX_PROVIDER replaced: $(cat "$tmp/provider")"
+# With a key: both clients get it.
+"$GEM" agent -m "$MODEL" --backend "scripted:$SCRIPT" -c 512 --api-key sekrit -- \
+  bash -c 'env | grep -E "^(HAX_LLAMACPP_API_KEY|OPENAI_API_KEY)=" | sort > '"$tmp"'/keys'
+grep -qx 'HAX_LLAMACPP_API_KEY=sekrit' "$tmp/keys" && grep -qx 'OPENAI_API_KEY=sekrit' "$tmp/keys" ||
+  fail "keys: $(cat "$tmp/keys")"
+echo "ok: HAX_PROVIDER=llamacpp unless chosen, OpenAI and hax endpoints, keys"
+
+# A real hax, where this machine has one: one prompt through its llama.cpp provider.
+if command -v hax >/dev/null 2>&1; then
+  "$GEM" agent -m "$MODEL" --backend "scripted:$SCRIPT" -c 4096 -- \
+    timeout 60 hax -p "Say hello" > "$tmp/hax.out" 2> "$tmp/hax.err" || fail "hax -p failed: $(cat "$tmp/hax.err")"
+  grep -q "Hello there, friend!" "$tmp/hax.out" || fail "hax output: $(cat "$tmp/hax.out") $(cat "$tmp/hax.err")"
+  echo "ok: a real hax answered through gem agent"
+else
+  echo "skipped: no hax binary on PATH (the real-client check runs where one is installed)"
+fi
 
 # A signal to gem agent reaches the command (it exits 128+15 here via its trap).
 "$GEM" agent -m "$MODEL" --backend "scripted:$SCRIPT" -c 512 -- \

@@ -97,8 +97,8 @@ TEST(Api, Rejections) {
   EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"top_p":2})").status, 400);
   EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})").status, 400);
   EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})").status, 400);
-  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})").status, 400);
-  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"logprobs":"yes"})").status, 400);
+  EXPECT_EQ(parse_err(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})").status, 400);
   EXPECT_EQ(parse_err(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"f","arguments":"not json"}}]}]})").status, 400);
   ApiError img = parse_err(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})");
   EXPECT_NE(img.message.find("image input is not supported"), std::string::npos);
@@ -138,8 +138,8 @@ TEST(Api, MessagesGoThroughTheChatValidator) {
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
        "tool_choice.function.name: expected the name of a function in tools, got \"g\""},
       {R"({"messages":[{"role":"user","content":"x"}],"n":2})", "n: expected 1 (one choice per request), got 2"},
-      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
-       "response_format.type: expected \"text\" (other formats are not supported), got \"json_object\""},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json"}})",
+       "response_format.type: expected \"text\", \"json_object\" or \"json_schema\", got \"json\""},
       {"[1]", "the request body: expected a JSON object, got an array"},
   };
   for (const auto& b : bad) {
@@ -280,6 +280,178 @@ json random_value(std::mt19937& rng, int depth) {
   }
 }
 
+// The server's defaults (llama-server's flags) fill what a request leaves out; the request's own
+// fields win.
+TEST(Api, ServerDefaultsApplyWhenTheRequestLeavesFieldsOut) {
+  RequestDefaults d;
+  d.sampling.temperature = 0.3f;
+  d.sampling.top_k = 7;
+  d.sampling.repeat_penalty = 1.2f;
+  d.sampling.repeat_last_n = 32;
+  d.sampling.seed = 42;
+  d.max_tokens = 128;
+  d.enable_thinking = false;
+  d.reasoning_format = ReasoningFormat::kNone;
+  d.reasoning_budget = 50;
+  ChatRequest r;
+  ApiError e;
+  ASSERT_TRUE(parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}]})", d, &r, &e)) << e.message;
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.3f);
+  EXPECT_EQ(r.sampling.top_k, 7);
+  EXPECT_FLOAT_EQ(r.sampling.repeat_penalty, 1.2f);
+  EXPECT_EQ(r.sampling.repeat_last_n, 32);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.max_tokens, 128);
+  EXPECT_FALSE(r.enable_thinking);
+  EXPECT_EQ(r.reasoning_format, ReasoningFormat::kNone);
+  EXPECT_EQ(r.reasoning_budget, 50);
+  EXPECT_EQ(r.top_logprobs, -1);
+  EXPECT_FALSE(r.json_grammar);
+  ASSERT_TRUE(parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}],"temperature":0.9,"top_k":3,
+      "seed":-1,"max_tokens":5,"repeat_last_n":-1,"chat_template_kwargs":{"enable_thinking":true},
+      "reasoning_format":"deepseek","reasoning_budget_tokens":10})", d, &r, &e)) << e.message;
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.seed, 0xFFFFFFFFu);  // -1: random
+  EXPECT_EQ(r.sampling.repeat_last_n, -1);
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_TRUE(r.enable_thinking);
+  EXPECT_EQ(r.reasoning_format, ReasoningFormat::kDeepseek);
+  EXPECT_EQ(r.reasoning_budget, 10);
+  // A request budget of 0 turns thinking off.
+  ASSERT_TRUE(parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}],"thinking_budget_tokens":0})",
+                                 RequestDefaults{}, &r, &e));
+  EXPECT_FALSE(r.enable_thinking);
+}
+
+TEST(Api, LogprobsAndResponseFormatFields) {
+  ChatRequest r = parse_ok(json::parse(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":3})"));
+  EXPECT_EQ(r.top_logprobs, 3);
+  r = parse_ok(json::parse(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})"));
+  EXPECT_EQ(r.top_logprobs, 0);
+  r = parse_ok(json::parse(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false})"));
+  EXPECT_EQ(r.top_logprobs, -1);
+  for (const char* body : {
+           R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+           R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}})",
+           R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object","schema":{"type":"array"}}})",
+           R"({"messages":[{"role":"user","content":"x"}],"json_schema":{"type":"string"}})"}) {
+    r = parse_ok(json::parse(body));
+    EXPECT_TRUE(r.json_grammar) << body;
+  }
+  r = parse_ok(json::parse(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"));
+  EXPECT_FALSE(r.json_grammar);
+  // The schema's key order is kept (the body is read again as ordered JSON).
+  ApiError e;
+  ASSERT_TRUE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":
+      {"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"integer"}},"required":["zeta","alpha"]}}}})",
+                                 RequestDefaults{}, &r, &e)) << e.message;
+  ASSERT_TRUE(r.json_grammar);
+  EXPECT_EQ(chat::JsonMatcher(r.json_grammar).shortest_completion(), R"({"zeta":0,"alpha":0})");
+}
+
+// Every new field answers a wrong type, an out-of-range value or an invalid schema with a 400
+// naming the field.
+TEST(Api, NewFieldsRefuseBadInputByName) {
+  const struct {
+    const char* body;
+    const char* expected;
+  } bad[] = {
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs: expected true or false, got a number"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", "top_logprobs: expected an integer in [0, 20], got 21"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":"3"})", "top_logprobs: expected an integer, got a string"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs: requires \"logprobs\": true"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":99999999999999})", "top_logprobs: expected an integer in [0, 20]"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":"json"})", "response_format: expected an object"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{}})", "response_format.type: expected \"text\", \"json_object\" or \"json_schema\", got nothing"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":5}})", "response_format.type: expected a string, got a number"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", "response_format.json_schema: expected an object"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":[]}})", "response_format.json_schema: expected an object, got an array"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"integer","minimum":1}}}})",
+       "response_format.json_schema.schema.minimum: the keyword \"minimum\" is not supported"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}})",
+       "response_format.json_schema.schema.properties.d.format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"wat"}}}})",
+       "response_format.json_schema.schema.type: expected one of object"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"array","minItems":1000000}}}})",
+       "response_format.json_schema.schema.minItems: expected at most 256"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"$ref":"#/nowhere"}}}})",
+       "names nothing in the schema"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":false}}})", "accepts no value"},
+      {R"({"messages":[{"role":"user","content":"x"}],"json_schema":{"enum":[]}})", "json_schema.enum: expected a non-empty array"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}})",
+       "response_format: a JSON reply cannot be combined with a required tool call"},
+      {R"({"messages":[{"role":"user","content":"x"}],"grammar":"root ::= \"a\""})", "grammar: GBNF grammars are not supported"},
+      {R"({"messages":[{"role":"user","content":"x"}],"reasoning_format":"think"})", "reasoning_format: expected \"none\", \"auto\", \"deepseek\" or \"deepseek-legacy\", got \"think\""},
+      {R"({"messages":[{"role":"user","content":"x"}],"reasoning_format":1})", "reasoning_format: expected a string, got a number"},
+      {R"({"messages":[{"role":"user","content":"x"}],"reasoning_budget_tokens":-5})", "reasoning_budget_tokens: expected an integer in [-1,"},
+      {R"({"messages":[{"role":"user","content":"x"}],"repeat_last_n":"all"})", "repeat_last_n: expected an integer, got a string"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":"2"})", "n: expected the integer 1, got a string"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n: expected 1 (one choice per request), got 3"},
+  };
+  for (const auto& b : bad) {
+    ApiError e = parse_err(b.body);
+    EXPECT_EQ(e.status, 400) << b.body;
+    EXPECT_NE(e.message.find(b.expected), std::string::npos) << b.body << ": " << e.message;
+  }
+  // A huge schema is bounded: too many nodes, too deep.
+  json props = json::object();
+  for (int i = 0; i < 300; ++i) {
+    std::string name = "p";
+    name += std::to_string(i);
+    props[name] = {{"type", "string"}};
+  }
+  json wide = {{"messages", test::user_msgs("x")},
+               {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "object"}, {"properties", props}}}}}}}};
+  ApiError e = parse_err(wide.dump());
+  EXPECT_NE(e.message.find("response_format.json_schema.schema.properties: expected at most 256 properties"), std::string::npos) << e.message;
+  json deep = {{"type", "string"}};
+  for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
+  json deep_body = {{"messages", test::user_msgs("x")}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", deep}}}}}};
+  e = parse_err(deep_body.dump());
+  EXPECT_NE(e.message.find("nested at most 32 deep"), std::string::npos) << e.message;
+}
+
+TEST(Api, CompletionRequests) {
+  CompletionRequest r;
+  ApiError e;
+  RequestDefaults d;
+  d.max_tokens = 9;
+  ASSERT_TRUE(parse_completion_request(R"({"prompt":"Once upon a time","stream":true,"logprobs":2})", d, &r, &e)) << e.message;
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_EQ(r.prompt, "Once upon a time");
+  ASSERT_TRUE(parse_completion_request(R"({"prompt":[2,818,5279],"max_tokens":3})", d, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompt, json::array({2, 818, 5279}));
+  ASSERT_TRUE(parse_completion_request(R"({"prompt":["only one"]})", d, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompt, "only one");
+  const struct {
+    const char* body;
+    const char* expected;
+  } bad[] = {
+      {R"({})", "prompt: expected a string or an array of token ids (the field is required), got nothing"},
+      {R"({"prompt":5})", "prompt: expected a string or an array of token ids, got a number"},
+      {R"({"prompt":["a","b"]})", "prompt: expected one prompt (one choice per request), got 2"},
+      {R"({"prompt":[1,{"x":1}]})", "prompt[1]: expected a token id (an integer) or a string, got an object"},
+      {R"({"prompt":[]})", "prompt: expected a non-empty array of token ids, got []"},
+      {R"({"prompt":""})", "prompt: expected a non-empty string"},
+      {R"({"prompt":"x","echo":true})", "echo: expected false"},
+      {R"({"prompt":"x","best_of":2})", "best_of: not supported"},
+      {R"({"prompt":"x","logprobs":50})", "logprobs: expected an integer in [0, 20], got 50"},
+      {R"({"prompt":"x","n":2})", "n: expected 1"},
+      {R"({"prompt":"x","max_tokens":1e300})", "max_tokens: expected an integer"},
+      {R"({"prompt":"x","temperature":"hot"})", "temperature: expected a number, got a string"},
+  };
+  for (const auto& b : bad) {
+    CompletionRequest c;
+    ApiError err;
+    EXPECT_FALSE(parse_completion_request(b.body, d, &c, &err)) << b.body;
+    EXPECT_EQ(err.status, 400) << b.body;
+    EXPECT_NE(err.message.find(b.expected), std::string::npos) << b.body << ": " << err.message;
+  }
+}
+
 std::vector<std::string> corpus(int n, uint32_t seed) {
   const std::vector<json> valid = {
       {{"messages", test::user_msgs("Say hello")}, {"max_tokens", 4}},
@@ -288,7 +460,9 @@ std::vector<std::string> corpus(int n, uint32_t seed) {
        {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"max_tokens", 3}, {"stop", {"two"}}},
   };
   static const char* fields[] = {"messages", "stream", "tools", "tool_choice", "max_tokens", "temperature",
-                                 "top_k", "stop", "seed", "chat_template_kwargs", "stream_options", "n"};
+                                 "top_k", "stop", "seed", "chat_template_kwargs", "stream_options", "n",
+                                 "logprobs", "top_logprobs", "response_format", "json_schema",
+                                 "reasoning_format", "reasoning_budget_tokens", "repeat_last_n"};
   std::mt19937 rng(seed);
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) {
