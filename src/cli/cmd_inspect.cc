@@ -59,8 +59,9 @@ int run_inspect_assistant(const InspectArgs& a) {
   const gguf::GgufFile& f = *m.file;
   std::string name = "?";
   if (auto n = f.get_string("general.name"); n.ok()) name = std::string(*n);
-  std::printf("%s: Gemma 4 MTP assistant (gemma4-assistant, a drafter for speculative decoding; \"%s\"), "
-              "GGUF v%u, %llu bytes\n", a.path.c_str(), name.c_str(), f.version(),
+  std::printf("%s: Gemma 4 MTP assistant (gemma4-assistant, a drafter for speculative decoding), profile %s "
+              "(\"%s\"), GGUF v%u, %llu bytes\n", a.path.c_str(), std::string(model::profile_name(c.profile)).c_str(),
+              name.c_str(), f.version(),
               static_cast<unsigned long long>(f.file_size()));
   int n_full = 0;
   for (bool s : c.sliding) n_full += s ? 0 : 1;

@@ -48,6 +48,47 @@ Result<float> read_f32(const gguf::GgufFile& f, std::string_view suffix) {
 // assistant files (spec §7.3); all three are types the CPU matmul runs.
 bool matrix_dtype_accepted(DType t) { return t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kF32; }
 
+// The values the published assistants carry (spec §7.2), chosen by the target width they pair
+// with; narrower files are test assistants, held to the structural rules alone.
+struct AssistantProfile {
+  Profile profile;
+  int n_embd_out, n_layers, n_embd, n_ff, n_heads, n_kv_heads_sliding, n_kv_heads_full;
+  int head_dim_sliding, head_dim_full, sliding_window;
+};
+constexpr AssistantProfile k12B{Profile::k12B, 3840, 4, 1024, 8192, 16, 8, 1, 256, 512, 1024};
+constexpr AssistantProfile k31B{Profile::k31B, 5376, 4, 1024, 8192, 32, 16, 4, 256, 512, 1024};
+
+Status check_profile(AssistantConfig* c) {
+  const AssistantProfile* p = nullptr;
+  if (c->n_embd_out == k12B.n_embd_out) {
+    p = &k12B;
+  } else if (c->n_embd_out == k31B.n_embd_out) {
+    p = &k31B;
+  } else if (c->n_embd_out >= k12B.n_embd_out) {
+    return errorf("key %s: %d matches neither the 12B (%d) nor the 31B (%d) target, and test assistants must "
+                  "pair with targets narrower than %d", akey("embedding_length_out").c_str(), c->n_embd_out,
+                  k12B.n_embd_out, k31B.n_embd_out, k12B.n_embd_out);
+  }
+  c->profile = p ? p->profile : Profile::kTest;
+  if (!p) return ok_status();
+  const std::string name = std::string(profile_name(p->profile)) + " assistant";
+  auto eq = [&](const char* key, int expected, int actual) -> Status {
+    if (expected == actual) return ok_status();
+    return errorf("key %s: the %s profile expects %d, found %d", akey(key).c_str(), name.c_str(), expected,
+                  actual);
+  };
+  GEM_RETURN_IF_ERROR(eq("block_count", p->n_layers, c->n_layers));
+  GEM_RETURN_IF_ERROR(eq("embedding_length", p->n_embd, c->n_embd));
+  GEM_RETURN_IF_ERROR(eq("feed_forward_length", p->n_ff, c->n_ff));
+  GEM_RETURN_IF_ERROR(eq("attention.head_count", p->n_heads, c->n_heads));
+  GEM_RETURN_IF_ERROR(eq("attention.head_count_kv (sliding layers)", p->n_kv_heads_sliding, c->n_kv_heads_sliding));
+  GEM_RETURN_IF_ERROR(eq("attention.head_count_kv (full layer)", p->n_kv_heads_full, c->n_kv_heads_full));
+  GEM_RETURN_IF_ERROR(eq("attention.key_length_swa", p->head_dim_sliding, c->head_dim_sliding));
+  GEM_RETURN_IF_ERROR(eq("attention.key_length", p->head_dim_full, c->head_dim_full));
+  GEM_RETURN_IF_ERROR(eq("attention.sliding_window", p->sliding_window, c->sliding_window));
+  return ok_status();
+}
+
 Status read_config(const gguf::GgufFile& f, AssistantConfig* c) {
   GEM_ASSIGN_OR_RETURN(c->n_layers, read_u32(f, "block_count"));
   if (c->n_layers < 2 || c->n_layers > 64) {
@@ -157,7 +198,7 @@ Status read_config(const gguf::GgufFile& f, AssistantConfig* c) {
     return errorf("key %s: %d (sliding) / %d (full) KV heads must divide head_count %d", kv_key.c_str(),
                   c->n_kv_heads_sliding, c->n_kv_heads_full, c->n_heads);
   }
-  return ok_status();
+  return check_profile(c);
 }
 
 TensorView view_of(const gguf::TensorInfo& t) {

@@ -17,6 +17,7 @@ namespace gem::model {
 
 // Hyperparameters of an assistant, read once from the gemma4-assistant.* keys.
 struct AssistantConfig {
+  Profile profile = Profile::kTest;  // the 12B / 31B assistant (chosen by embedding_length_out), or test
   int n_layers = 0;                  // block_count (= nextn_predict_layers): 4, kinds S,S,S,F
   int n_embd = 0;                    // embedding_length: the assistant's own width (1024)
   int n_embd_out = 0;                // embedding_length_out: the target's width (h, h_next)

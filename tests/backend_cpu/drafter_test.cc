@@ -433,8 +433,15 @@ TEST(BackendHidden, KeptOnlyWhenAskedAndBesideTheLogits) {
     EXPECT_NEAR(be->batch_hidden(1)[i], last[i], 1e-4f);
   }
   EXPECT_TRUE(be->batch_hidden(2).empty());
+  // Switching off forgets them (the logits stay); switching on keeps only later evals' rows.
   be->set_keep_hidden(false);
+  EXPECT_TRUE(be->batch_hidden(0).empty());
+  EXPECT_FALSE(be->batch_logits(0).empty());
+  be->reset();
+  ASSERT_TRUE(be->eval(toks, false).ok());
+  be->set_keep_hidden(true);
   EXPECT_TRUE(be->hidden().empty());
+  EXPECT_FALSE(be->logits().empty());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -159,6 +160,103 @@ TEST(Assistant, RefusesBadKeys) {
   // A target file is not an assistant.
   EXPECT_THAT(assistant_error(test::fixture("tiny-q4_0.gguf")),
               HasSubstr("general.architecture: expected \"gemma4-assistant\""));
+}
+
+// The fixture assistant rewritten with a production assistant's keys and shapes (spec §7.2,
+// §7.3): header real, matrices holes (test::rewrite_gguf), rope_freqs written for real.
+struct ProdShape {
+  int n_embd_out, n_heads, kv_sliding, kv_full, n_ff;
+};
+std::string prod_assistant(const ProdShape& p, const std::string& tag) {
+  auto src = gguf::GgufFile::open(assistant_path());
+  EXPECT_TRUE(src.ok()) << src.message();
+  if (!src.ok()) return "";
+  AssistantConfig c;
+  c.n_layers = 4;
+  c.n_embd = 1024;
+  c.n_embd_out = p.n_embd_out;
+  c.n_ff = p.n_ff;
+  c.n_heads = p.n_heads;
+  c.n_vocab = 262144;
+  c.head_dim_sliding = 256;
+  c.head_dim_full = 512;
+  c.sliding = {true, true, true, false};
+  static std::vector<float> rope(256, 1e30f);
+  std::fill(rope.begin(), rope.begin() + 64, 1.0f);
+  const std::string A = "gemma4-assistant.";
+  auto kv = [&](const gguf::KeyValue& k, gguf::GgufWriter& w) {
+    const std::string key(k.key);
+    auto u = [&](const char* suffix, int v) {
+      if (key != A + suffix) return false;
+      w.add_u32(key, static_cast<uint32_t>(v));
+      return true;
+    };
+    if (key == A + "attention.head_count_kv") {
+      w.add_i32_array(key, std::vector<int32_t>{p.kv_sliding, p.kv_sliding, p.kv_sliding, p.kv_full});
+      return true;
+    }
+    return u("embedding_length", 1024) || u("embedding_length_out", p.n_embd_out) ||
+           u("feed_forward_length", p.n_ff) || u("attention.head_count", p.n_heads) ||
+           u("attention.key_length", 512) || u("attention.value_length", 512) || u("attention.key_length_swa", 256) ||
+           u("attention.value_length_swa", 256) || u("rope.dimension_count", 512) ||
+           u("rope.dimension_count_swa", 256) || u("attention.sliding_window", 1024);
+  };
+  auto tensors = [&](std::vector<TensorDesc>& ts) {
+    std::vector<TensorDesc> out;
+    for (const ManifestEntry& e : assistant_manifest(c)) {
+      TensorDesc* old = find(ts, e.name);
+      if (old == nullptr) return;
+      TensorDesc t{e.name, old->type, e.ne, nullptr, 0};
+      if (e.name == "rope_freqs.weight") {
+        t.src = reinterpret_cast<const uint8_t*>(rope.data());
+        t.src_bytes = rope.size() * sizeof(float);
+      } else if (e.role == TensorRole::kVector) {
+        t.src = old->src;  // norms: the fixture's first values, zeros beyond (holes)
+        t.src_bytes = old->src_bytes;
+      }
+      out.push_back(std::move(t));
+    }
+    ts = std::move(out);
+  };
+  const std::string path = test::temp_dir() + "/asst-prod-" + tag + ".gguf";
+  test::rewrite_gguf(**src, path, kv, tensors);
+  return path;
+}
+
+TEST(Assistant, ProductionShapesLoadAndPairWithTheirTargets) {
+  GEM_REQUIRE_FIXTURE(assistant_path());
+  const std::string a12 = prod_assistant({3840, 16, 8, 1, 8192}, "12b");
+  const std::string a31 = prod_assistant({5376, 32, 16, 4, 8192}, "31b");
+  auto l12 = load_assistant(a12);
+  ASSERT_TRUE(l12.ok()) << l12.message();
+  auto l31 = load_assistant(a31);
+  ASSERT_TRUE(l31.ok()) << l31.message();
+  EXPECT_EQ((*l12)->config.profile, Profile::k12B);
+  EXPECT_EQ((*l31)->config.profile, Profile::k31B);
+  EXPECT_EQ((*l12)->weights.pre_projection.cols, 7680);
+  EXPECT_EQ((*l31)->weights.layers[3].attn_q.rows, 32 * 512);
+
+  auto t12 = load_model(test::sparse_model("12b"));
+  ASSERT_TRUE(t12.ok()) << t12.message();
+  auto t31 = load_model(test::sparse_model("31b"));
+  ASSERT_TRUE(t31.ok()) << t31.message();
+  EXPECT_TRUE(check_pairing(**l12, **t12).ok()) << check_pairing(**l12, **t12).message();
+  EXPECT_TRUE(check_pairing(**l31, **t31).ok()) << check_pairing(**l31, **t31).message();
+  EXPECT_EQ(check_pairing(**l12, **t31).message(),
+            "assistant key gemma4-assistant.embedding_length_out: expected 5376 (the target's embedding_length), "
+            "found 3840");
+  EXPECT_EQ(assistant_target_layer(true, 48), 46);
+  EXPECT_EQ(assistant_target_layer(false, 60), 59);
+}
+
+TEST(Assistant, ProductionProfileValuesAreChecked) {
+  GEM_REQUIRE_FIXTURE(assistant_path());
+  EXPECT_THAT(assistant_error(prod_assistant({3840, 16, 8, 1, 4096}, "12b-ff")),
+              HasSubstr("key gemma4-assistant.feed_forward_length: the 12B assistant profile expects 8192, found 4096"));
+  EXPECT_THAT(assistant_error(prod_assistant({5376, 32, 8, 4, 8192}, "31b-kv")),
+              HasSubstr("the 31B assistant profile expects 16, found 8"));
+  EXPECT_THAT(assistant_error(prod_assistant({4096, 16, 8, 1, 8192}, "wide")),
+              HasSubstr("matches neither the 12B (3840) nor the 31B (5376) target"));
 }
 
 }  // namespace

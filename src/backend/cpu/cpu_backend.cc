@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
     const int n_vocab = model_.config.n_vocab;
     n_logit_rows_ = 0;
     batch_rows_ = 0;
+    hidden_valid_ = keep_hidden_;
     Slot& slot = slots_[0];
     if (n == 0) return Status::error("eval: no tokens given (expected at least 1)");
     if (static_cast<int64_t>(slot.n_past) + n > options_.n_ctx) {
@@ -105,6 +106,7 @@ class CpuBackend final : public Backend {
     const int n_vocab = model_.config.n_vocab;
     n_logit_rows_ = 0;
     batch_rows_ = 0;
+    hidden_valid_ = keep_hidden_;
     if (Status st = validate_batch(rows, n_vocab, &ends_); !st.ok()) return st;
     int wanted = 0;
     for (const BatchRow& r : rows) wanted += r.logits ? 1 : 0;
@@ -144,20 +146,19 @@ class CpuBackend final : public Backend {
 
   void set_keep_hidden(bool on) override {
     keep_hidden_ = on;
-    n_logit_rows_ = 0;
-    batch_rows_ = 0;
+    hidden_valid_ = false;  // rows of an eval before the switch were not kept
   }
 
   std::span<const float> hidden(int row) override {
     const std::span<const float> l = logits(row);
-    if (!keep_hidden_ || l.empty()) return {};
+    if (!hidden_valid_ || l.empty()) return {};
     const size_t index = static_cast<size_t>(l.data() - logits_.data()) / model_.config.n_vocab;
     const size_t n_embd = model_.config.n_embd;
     return {hidden_.data() + index * n_embd, n_embd};
   }
 
   std::span<const float> batch_hidden(int i) override {
-    if (!keep_hidden_ || i < 0 || i >= batch_rows_) return {};
+    if (!hidden_valid_ || i < 0 || i >= batch_rows_) return {};
     const size_t n_embd = model_.config.n_embd;
     return {hidden_.data() + static_cast<size_t>(i) * n_embd, n_embd};
   }
@@ -291,6 +292,7 @@ class CpuBackend final : public Backend {
   std::vector<Slot> slots_;
   std::vector<float> logits_;  // [rows, n_vocab] of the last eval or eval_batch
   bool keep_hidden_ = false;   // set_keep_hidden
+  bool hidden_valid_ = false;  // the last eval kept its rows' hidden states
   std::vector<float> hidden_;  // [rows, n_embd] post-final-norm rows beside logits_ (keep_hidden_)
   int n_logit_rows_ = 0;       // eval()
   int n_eval_ = 0;
