@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/assistant.h"
 #include "model/model.h"
 
 namespace gem {
@@ -40,6 +41,22 @@ struct BatchRow {
   int32_t pos = 0;
   int32_t token = 0;
   bool logits = false;
+};
+
+// The MTP drafter (spec §7.4–7.6), made by Backend::make_drafter from a paired assistant: one
+// step takes the last known token c, a target-space hidden state h and the draft position P, and
+// attends to the target's caches of layers N−2 and N−1 of one sequence slot, which it only reads
+// (it writes no cache and leaves the slot's n_past alone). All steps of a round use the same P.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // One draft step for `slot` at position `pos`, which must equal slot_n_past(slot) (the target
+  // cache covers 0..pos−1; the token at pos is c, not yet in it). h: [target n_embd].
+  virtual Status step(int slot, int32_t token, std::span<const float> h, int pos) = 0;
+  // Of the last step: the assistant's raw logits [n_vocab] (no soft-cap) and h_next
+  // [target n_embd], the h of the next step. Valid until the next step.
+  virtual std::span<const float> logits() const = 0;
+  virtual std::span<const float> h_next() const = 0;
 };
 
 // Called after each prompt tile: (tokens done, tokens total). Returning false cancels the eval.
@@ -91,6 +108,22 @@ class Backend {
   // Copies slot src's cache (its n_past positions) into slot dst, replacing dst's; dst's
   // checkpoint is dropped.
   virtual Status slot_fork(int src, int dst);
+
+  // The target's post-final-norm hidden state (spec §7.6: the h that starts a drafting round).
+  // Off by default (the decode path then copies nothing); while on, every eval and eval_batch
+  // keeps the normed row of each row whose logits it keeps. hidden(row) is indexed as
+  // logits(row), batch_hidden(i) as batch_logits(i); [n_embd] f32, empty when not kept.
+  virtual void set_keep_hidden(bool on) { (void)on; }
+  virtual std::span<const float> hidden(int row = -1) { (void)row; return {}; }
+  virtual std::span<const float> batch_hidden(int i) { (void)i; return {}; }
+
+  // A drafter over this backend's slots (the assistant must outlive it; it must not outlive the
+  // backend). Fails when the assistant does not pair with the model (model::check_pairing) or
+  // the backend cannot draft.
+  virtual Result<std::unique_ptr<Drafter>> make_drafter(const model::Assistant& assistant) {
+    (void)assistant;
+    return Status::error("backend " + std::string(name()) + " cannot run an MTP assistant");
+  }
 
   // Picks the next token from the last row of the last eval on the backend itself (the CUDA
   // backend: greedy with penalties on the GPU, 4 bytes to the host instead of the logits).

@@ -118,38 +118,6 @@ Result<int> uniform_value(const std::vector<int>& v, const std::vector<bool>& sl
   return value < 0 ? 0 : value;
 }
 
-Status check_tokenizer(const gguf::GgufFile& f) {
-  if (!f.find_kv("tokenizer.ggml.model")) {
-    return errorf("key tokenizer.ggml.model missing: gem needs the Gemma 4 tokenizer (tokenizer.* keys) "
-                  "inside the model file");
-  }
-  GEM_ASSIGN_OR_RETURN(std::string_view model, f.get_string("tokenizer.ggml.model"));
-  if (model != "gemma4") {
-    return errorf("key tokenizer.ggml.model: expected \"gemma4\", found \"%.*s\"",
-                  static_cast<int>(model.size()), model.data());
-  }
-  if (!f.find_kv("tokenizer.ggml.tokens")) return errorf("key tokenizer.ggml.tokens missing");
-  GEM_ASSIGN_OR_RETURN(const std::vector<std::string_view>* tokens,
-                       f.get_string_array("tokenizer.ggml.tokens"));
-  if (tokens->size() != static_cast<size_t>(kVocabSize)) {
-    return errorf("key tokenizer.ggml.tokens: %zu tokens, the Gemma 4 vocabulary has %d",
-                  tokens->size(), kVocabSize);
-  }
-  // Appendix A.1: the control tokens gem's chat format and stop logic rely on.
-  static constexpr struct {
-    int id;
-    const char* text;
-  } kSpecial[] = {{2, "<bos>"}, {1, "<eos>"}, {105, "<|turn>"}, {106, "<turn|>"}, {50, "<|tool_response>"}};
-  for (const auto& s : kSpecial) {
-    std::string_view t = (*tokens)[static_cast<size_t>(s.id)];
-    if (t != s.text) {
-      return errorf("key tokenizer.ggml.tokens: token %d is \"%.*s\", the Gemma 4 vocabulary has \"%s\"",
-                    s.id, static_cast<int>(t.size()), t.data(), s.text);
-    }
-  }
-  return ok_status();
-}
-
 // Value-by-value comparison for a production profile.
 struct ProfileCheck {
   const char* profile;
@@ -442,6 +410,38 @@ LayerWeights bind_layer(const gguf::GgufFile& f, int il, bool sliding) {
 
 }  // namespace
 
+Status check_tokenizer(const gguf::GgufFile& f) {
+  if (!f.find_kv("tokenizer.ggml.model")) {
+    return errorf("key tokenizer.ggml.model missing: gem needs the Gemma 4 tokenizer (tokenizer.* keys) "
+                  "inside the model file");
+  }
+  GEM_ASSIGN_OR_RETURN(std::string_view model, f.get_string("tokenizer.ggml.model"));
+  if (model != "gemma4") {
+    return errorf("key tokenizer.ggml.model: expected \"gemma4\", found \"%.*s\"",
+                  static_cast<int>(model.size()), model.data());
+  }
+  if (!f.find_kv("tokenizer.ggml.tokens")) return errorf("key tokenizer.ggml.tokens missing");
+  GEM_ASSIGN_OR_RETURN(const std::vector<std::string_view>* tokens,
+                       f.get_string_array("tokenizer.ggml.tokens"));
+  if (tokens->size() != static_cast<size_t>(kVocabSize)) {
+    return errorf("key tokenizer.ggml.tokens: %zu tokens, the Gemma 4 vocabulary has %d",
+                  tokens->size(), kVocabSize);
+  }
+  // Appendix A.1: the control tokens gem's chat format and stop logic rely on.
+  static constexpr struct {
+    int id;
+    const char* text;
+  } kSpecial[] = {{2, "<bos>"}, {1, "<eos>"}, {105, "<|turn>"}, {106, "<turn|>"}, {50, "<|tool_response>"}};
+  for (const auto& s : kSpecial) {
+    std::string_view t = (*tokens)[static_cast<size_t>(s.id)];
+    if (t != s.text) {
+      return errorf("key tokenizer.ggml.tokens: token %d is \"%.*s\", the Gemma 4 vocabulary has \"%s\"",
+                    s.id, static_cast<int>(t.size()), t.data(), s.text);
+    }
+  }
+  return ok_status();
+}
+
 std::string_view profile_name(Profile p) {
   switch (p) {
     case Profile::k12B: return "12B";
@@ -512,7 +512,7 @@ Result<std::unique_ptr<Model>> load_model(std::unique_ptr<gguf::GgufFile> file) 
   GEM_ASSIGN_OR_RETURN(std::string_view arch, f.get_string("general.architecture"));
   if (arch == "gemma4-assistant") {
     return errorf("general.architecture is \"gemma4-assistant\": this is a Gemma 4 MTP assistant (drafter), "
-                  "not a target model; load the target model and pass the assistant with --mtp");
+                  "not a target model (load_assistant reads it; `gem inspect` describes it)");
   }
   if (arch != "gemma4") {
     return errorf("general.architecture: expected \"gemma4\" (Gemma 4 dense), found \"%.*s\"",

@@ -133,6 +133,10 @@ std::vector<ManifestEntry> tensor_manifest(const Config& config);
 bool dtype_accepted(TensorRole role, DType type);
 std::string_view accepted_dtypes(TensorRole role);  // "Q4_0 or F32 for layer matrices"
 
+// The Gemma 4 tokenizer keys every accepted file carries (Appendix A.1): model "gemma4", 262144
+// tokens, the control tokens at their ids. Targets and assistants alike.
+Status check_tokenizer(const gguf::GgufFile& f);
+
 // Validates a parsed GGUF against the contract and binds the views.
 Result<std::unique_ptr<Model>> load_model(std::unique_ptr<gguf::GgufFile> file);
 // Maps and validates `path`.

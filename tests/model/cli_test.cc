@@ -51,14 +51,52 @@ TEST(GemCli, SynthThenInspect) {
             std::string::npos) << i.out;
 }
 
-TEST(GemCli, InspectRejectsTheAssistantWithTheReason) {
+// An MTP assistant is described (not rejected): its kind, layers, widths and the target layers it
+// reads; --target gives the pairing verdict, naming the mismatched key when refused. No serving
+// flag is advertised (they come with the runtime's drafting rounds).
+TEST(GemCli, InspectDescribesTheAssistant) {
   ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
   const std::string path = test::fixture("mtp/tiny-q4_0-assistant.gguf");
   GEM_REQUIRE_FIXTURE(path);
   CmdResult i = run_gem("inspect " + path);
+  ASSERT_EQ(i.rc, 0) << i.out;
+  EXPECT_NE(i.out.find("Gemma 4 MTP assistant"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("layers 4 (3 sliding, 1 full), n_embd 32, n_ff 128, heads 4"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("target width 64"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("reads target layer"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("tensors: 49"), std::string::npos) << i.out;
+  EXPECT_EQ(i.out.find("--mtp"), std::string::npos) << i.out;
+  EXPECT_EQ(i.out.find("pairing"), std::string::npos) << i.out;
+}
+
+TEST(GemCli, InspectPairsTheAssistantWithItsTarget) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  const std::string target = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  GEM_REQUIRE_FIXTURE(target);
+  CmdResult i = run_gem("inspect " + path + " --target " + target);
+  ASSERT_EQ(i.rc, 0) << i.out;
+  EXPECT_NE(i.out.find("pairing with " + target + ": ok (target of 12 layers, width 64): the sliding layers "
+                       "read target layer 10, the full layer target layer 11"),
+            std::string::npos) << i.out;
+}
+
+TEST(GemCli, InspectRefusesAMismatchedPairing) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string path = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  const std::string tiny6 = test::fixture("tiny6-f32.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  GEM_REQUIRE_FIXTURE(tiny6);
+  CmdResult i = run_gem("inspect " + path + " --target " + tiny6);
   EXPECT_NE(i.rc, 0);
-  EXPECT_NE(i.out.find("gem inspect: rejected:"), std::string::npos) << i.out;
-  EXPECT_NE(i.out.find("--mtp"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("pairing refused: assistant key gemma4-assistant.embedding_length_out: expected 32 (the "
+                       "target's embedding_length), found 64"),
+            std::string::npos) << i.out;
+  // --target is for assistants only.
+  CmdResult t = run_gem("inspect " + tiny6 + " --target " + tiny6);
+  EXPECT_NE(t.rc, 0);
+  EXPECT_NE(t.out.find("only an MTP assistant file"), std::string::npos) << t.out;
 }
 
 // A decode test shorter than the warm-up (4 tokens) must fit the context the tests size: -n 2

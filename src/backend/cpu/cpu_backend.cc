@@ -3,10 +3,12 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/drafter_cpu.h"
 #include "backend/cpu/forward_cpu.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/thread_pool.h"
@@ -40,6 +42,7 @@ class CpuBackend final : public Backend {
     const int n_vocab = model_.config.n_vocab;
     n_logit_rows_ = 0;
     batch_rows_ = 0;
+    hidden_valid_ = keep_hidden_;
     Slot& slot = slots_[0];
     if (n == 0) return Status::error("eval: no tokens given (expected at least 1)");
     if (static_cast<int64_t>(slot.n_past) + n > options_.n_ctx) {
@@ -70,6 +73,7 @@ class CpuBackend final : public Backend {
         out = logits_.data();
       }
       forward_.forward_tile(tokens.data() + done, m, slot.n_past, *slot.kv, first_row, out);
+      if (keep_hidden_ && out != nullptr) keep_hidden_rows(all_logits ? done : 0, m - first_row);
       slot.n_past += m;
       done += m;
       // A callback that declines after the last tile has nothing left to cancel.
@@ -102,6 +106,7 @@ class CpuBackend final : public Backend {
     const int n_vocab = model_.config.n_vocab;
     n_logit_rows_ = 0;
     batch_rows_ = 0;
+    hidden_valid_ = keep_hidden_;
     if (Status st = validate_batch(rows, n_vocab, &ends_); !st.ok()) return st;
     int wanted = 0;
     for (const BatchRow& r : rows) wanted += r.logits ? 1 : 0;
@@ -130,6 +135,7 @@ class CpuBackend final : public Backend {
       }
       forward_.forward_rows(tokens_.data(), m, runs_, logit_rows_,
                             logits_.data() + static_cast<size_t>(n_out) * n_vocab);
+      if (keep_hidden_) keep_hidden_rows(n_out, static_cast<int>(logit_rows_.size()));
       n_out += static_cast<int>(logit_rows_.size());
       for (int i = 0; i < m; ++i) slots_[rows[done + i].slot].n_past = rows[done + i].pos + 1;
       done += m;
@@ -137,6 +143,33 @@ class CpuBackend final : public Backend {
     batch_rows_ = n_out;
     return ok_status();
   }
+
+  void set_keep_hidden(bool on) override {
+    keep_hidden_ = on;
+    hidden_valid_ = false;  // rows of an eval before the switch were not kept
+  }
+
+  std::span<const float> hidden(int row) override {
+    const std::span<const float> l = logits(row);
+    if (!hidden_valid_ || l.empty()) return {};
+    const size_t index = static_cast<size_t>(l.data() - logits_.data()) / model_.config.n_vocab;
+    const size_t n_embd = model_.config.n_embd;
+    return {hidden_.data() + index * n_embd, n_embd};
+  }
+
+  std::span<const float> batch_hidden(int i) override {
+    if (!hidden_valid_ || i < 0 || i >= batch_rows_) return {};
+    const size_t n_embd = model_.config.n_embd;
+    return {hidden_.data() + static_cast<size_t>(i) * n_embd, n_embd};
+  }
+
+  Result<std::unique_ptr<Drafter>> make_drafter(const model::Assistant& assistant) override;
+
+  const KvCache* slot_kv(int slot) const {
+    return slot >= 0 && slot < static_cast<int>(slots_.size()) ? slots_[slot].kv.get() : nullptr;
+  }
+  ThreadPool& pool() { return pool_; }
+  const model::Model& model() const { return model_; }
 
   std::span<const float> batch_logits(int i) override {
     if (i < 0 || i >= batch_rows_) return {};
@@ -229,6 +262,15 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The forward's normed rows (act.h, [n, n_embd]: the rows it just took logits of) into
+  // hidden_ from row `at` on; only while keep_hidden_ (the decode path copies nothing otherwise).
+  void keep_hidden_rows(int at, int n) {
+    const size_t n_embd = model_.config.n_embd;
+    if (hidden_.size() < (static_cast<size_t>(at) + n) * n_embd) hidden_.resize((static_cast<size_t>(at) + n) * n_embd);
+    std::memcpy(hidden_.data() + static_cast<size_t>(at) * n_embd, forward_.activations().h.data(),
+                sizeof(float) * n * n_embd);
+  }
+
   struct Slot {
     std::unique_ptr<KvCache> kv;
     int n_past = 0;
@@ -249,6 +291,9 @@ class CpuBackend final : public Backend {
   ForwardCpu forward_;
   std::vector<Slot> slots_;
   std::vector<float> logits_;  // [rows, n_vocab] of the last eval or eval_batch
+  bool keep_hidden_ = false;   // set_keep_hidden
+  bool hidden_valid_ = false;  // the last eval kept its rows' hidden states
+  std::vector<float> hidden_;  // [rows, n_embd] post-final-norm rows beside logits_ (keep_hidden_)
   int n_logit_rows_ = 0;       // eval()
   int n_eval_ = 0;
   bool all_logits_ = false;
@@ -259,6 +304,45 @@ class CpuBackend final : public Backend {
   std::vector<SeqRun> runs_;
   std::vector<int> logit_rows_;
 };
+
+// The CPU backend's Drafter: a DrafterCpu of the backend's flavour over its slots and pool.
+class CpuDrafter final : public Drafter {
+ public:
+  CpuDrafter(CpuBackend& backend, const model::Assistant& assistant)
+      : backend_(backend),
+        drafter_(backend.model(), assistant, backend.options().n_ctx, backend.options().reference,
+                 backend.pool()),
+        logits_(assistant.config.n_vocab),
+        h_next_(assistant.config.n_embd_out) {}
+
+  Status step(int slot, int32_t token, std::span<const float> h, int pos) override {
+    const KvCache* kv = backend_.slot_kv(slot);
+    if (kv == nullptr) return errorf("draft: slot %d outside [0, %d)", slot, backend_.options().n_slots);
+    if (pos != backend_.slot_n_past(slot) || pos < 1) {
+      return errorf("draft: position %d, expected the slot's n_past %d (>= 1: the target cache covers "
+                    "0..P-1)", pos, backend_.slot_n_past(slot));
+    }
+    if (h.size() != h_next_.size()) return errorf("draft: h of %zu values, expected %zu", h.size(), h_next_.size());
+    if (token < 0 || token >= static_cast<int32_t>(logits_.size())) {
+      return errorf("draft: token %d outside the vocabulary [0, %zu)", token, logits_.size());
+    }
+    drafter_.step(token, h.data(), pos, *kv, logits_.data(), h_next_.data());
+    return ok_status();
+  }
+  std::span<const float> logits() const override { return logits_; }
+  std::span<const float> h_next() const override { return h_next_; }
+
+ private:
+  CpuBackend& backend_;
+  DrafterCpu drafter_;
+  std::vector<float> logits_;
+  std::vector<float> h_next_;
+};
+
+Result<std::unique_ptr<Drafter>> CpuBackend::make_drafter(const model::Assistant& assistant) {
+  GEM_RETURN_IF_ERROR(model::check_pairing(assistant, model_));
+  return std::unique_ptr<Drafter>(new CpuDrafter(*this, assistant));
+}
 
 }  // namespace
 
@@ -298,6 +382,11 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::Model& model,
 CpuBackendMemory cpu_backend_memory(const Backend& backend) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
   return cpu != nullptr ? cpu->memory() : CpuBackendMemory{};
+}
+
+const KvCache* cpu_backend_kv(const Backend& backend, int slot) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return cpu != nullptr ? cpu->slot_kv(slot) : nullptr;
 }
 
 bool set_cpu_backend_tap(Backend& backend, TapFn tap) {

@@ -27,6 +27,10 @@ struct CpuBackendMemory {
 };
 CpuBackendMemory cpu_backend_memory(const Backend& backend);
 
+// Read access to the KV cache of a CPU backend's sequence slot (the drafter's input; tests);
+// null when `backend` is not a CPU backend or the slot does not exist.
+const KvCache* cpu_backend_kv(const Backend& backend, int slot);
+
 // Installs a checkpoint observer (forward_cpu.h TapFn) on a CPU backend; false when `backend` is
 // not one. Rows passed to the tap are the current tile's, positions n_past() onwards.
 bool set_cpu_backend_tap(Backend& backend, TapFn tap);
