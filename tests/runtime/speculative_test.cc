@@ -11,6 +11,7 @@
 #include "common/test_util.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_draft.h"
 
 namespace gem::runtime {
 namespace {
@@ -65,14 +66,19 @@ Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, D
   return r;
 }
 
-// A bare engine (Gemma 4's fixed end-of-generation ids) over a CPU backend of the tiny fixture,
-// which every engine of the test shares (loaded once, kept for the process).
-std::unique_ptr<Engine> cpu_engine(int n_ctx) {
+const model::Model* tiny_model() {
   static std::unique_ptr<model::Model> model = [] {
     auto m = model::load_model(test::fixture("tiny-q4_0.gguf"));
     EXPECT_TRUE(m.ok()) << m.message();
     return m.ok() ? std::move(m).value() : nullptr;
   }();
+  return model.get();
+}
+
+// A bare engine (Gemma 4's fixed end-of-generation ids) over a CPU backend of the tiny fixture,
+// which every engine of the test shares (loaded once, kept for the process).
+std::unique_ptr<Engine> cpu_engine(int n_ctx) {
+  const model::Model* model = tiny_model();
   if (!model) return nullptr;
   BackendOptions o;
   o.n_ctx = n_ctx;
@@ -191,6 +197,26 @@ TEST(Speculative, PrefixReuseAfterRoundsIsExact) {
   const Output got = generate(*e, second, 25, nullptr);
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.result.n_cached, static_cast<int>(first.size()));
+}
+
+// The MTP assistant of the fixture as the drafter (random weights: its drafts are mostly
+// rejected, some accepted by chance): the output is plain greedy's, token for token, and the
+// drafter ran every round.
+TEST(Speculative, MtpAssistantDraftsLosslessly) {
+  GEM_REQUIRE_FIXTURE(test::fixture("mtp/tiny-q4_0-assistant.gguf"));
+  auto assistant = model::load_assistant(test::fixture("mtp/tiny-q4_0-assistant.gguf"));
+  ASSERT_TRUE(assistant.ok()) << assistant.message();
+  const std::vector<int32_t> prompt = prompt_of(40);
+  auto plain = cpu_engine(256);
+  const Output want = generate(*plain, prompt, 48, nullptr);
+  auto e = cpu_engine(256);
+  auto mtp = MtpDraftSource::make(e->backend(), **assistant);
+  ASSERT_TRUE(mtp.ok()) << mtp.message();
+  const Output got = generate(*e, prompt, 48, mtp->get());
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_GT(got.result.n_drafted, 0);
+  std::printf("mtp on random weights: %d drafted, %d accepted\n", got.result.n_drafted,
+              got.result.n_draft_accepted);
 }
 
 }  // namespace
