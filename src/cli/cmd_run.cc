@@ -10,7 +10,9 @@
 #include "chat/chat.h"
 #include "cli/backend_flags.h"
 #include "cli/command.h"
+#include "model/assistant.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_draft.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gem::cli {
@@ -32,6 +34,8 @@ struct RunFlags {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int64_t seed = -1;
+  std::string mtp;     // the MTP assistant GGUF (speculative decoding)
+  int draft_max = 8;
   BackendFlags backend;
 };
 
@@ -84,6 +88,26 @@ int run(const RunFlags& f) {
   req.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
 
   runtime::Engine engine(std::move(*model), std::move(*backend), std::move(*tokenizer));
+  // Speculative decoding with the MTP assistant: greedy requests draft and verify; sampled ones
+  // decode one token at a time (the engine's rule).
+  std::unique_ptr<model::Assistant> assistant;
+  std::unique_ptr<runtime::MtpDraftSource> drafter;
+  if (!f.mtp.empty()) {
+    if (f.draft_max < 1) return fail(cmd, strprintf("--draft-max %d: at least 1", f.draft_max));
+    auto a = model::load_assistant(f.mtp);
+    if (!a.ok()) return fail(cmd, "--mtp " + f.mtp + ": " + a.message());
+    assistant = std::move(a).value();
+    auto d = runtime::MtpDraftSource::make(engine.backend(), *assistant);
+    if (!d.ok()) return fail(cmd, "--mtp " + f.mtp + ": " + d.message());
+    drafter = std::move(d).value();
+    req.drafter = drafter.get();
+    req.draft_max = f.draft_max;
+    if (req.sampling.temperature > 0.0f) {
+      std::fprintf(stderr, "gem run: --mtp drafts for greedy decoding (--temp 0); this run samples "
+                           "at temperature %.2f and decodes one token at a time\n",
+                   req.sampling.temperature);
+    }
+  }
   StreamDecoder decoder(engine.tokenizer(), f.show_special);
   Timer progress_timer;
   runtime::GenerateCallbacks cb;
@@ -116,6 +140,10 @@ int run(const RunFlags& f) {
                r.prompt_seconds, r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
                r.n_generated, r.decode_seconds,
                r.decode_seconds > 0 ? r.n_generated / r.decode_seconds : 0.0);
+  if (drafter) {
+    std::fprintf(stderr, "gem run: drafted %d tokens, accepted %d (%.1f %%)\n", r.n_drafted,
+                 r.n_draft_accepted, r.n_drafted > 0 ? 100.0 * r.n_draft_accepted / r.n_drafted : 0.0);
+  }
   return 0;
 }
 
@@ -137,6 +165,10 @@ RunFn setup(CLI::App& app) {
   app.add_option("--presence-penalty", f->presence_penalty, "presence penalty");
   app.add_option("--frequency-penalty", f->frequency_penalty, "frequency penalty");
   app.add_option("-s,--seed", f->seed, "random seed (default: random)");
+  app.add_option("--mtp", f->mtp,
+                 "MTP assistant GGUF (gemma4-assistant) for speculative decoding of greedy runs; "
+                 "CPU backend for now");
+  app.add_option("--draft-max", f->draft_max, "tokens drafted per round with --mtp (default 8)");
   add_backend_flags(app, f->backend);
   return [f] { return run(*f); };
 }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "common/test_util.h"
@@ -134,6 +135,37 @@ TEST(GemCli, SynthWithAMissingVocabularyFails) {
   CmdResult s = run_gem("synth --profile tiny -q --vocab /nonexistent/vocab.gguf -o " + test::temp_dir() + "/x.gguf");
   EXPECT_NE(s.rc, 0);
   EXPECT_NE(s.out.find("/nonexistent/vocab.gguf"), std::string::npos) << s.out;
+}
+
+// gem run --mtp: the assistant drafts, the greedy output is the same text as without it, and a
+// wrong file is named.
+TEST(GemCli, RunWithTheMtpAssistantPrintsWhatPlainGreedyPrints) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string model = test::fixture("tiny-q4_0.gguf");
+  const std::string mtp = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  GEM_REQUIRE_FIXTURE(model);
+  GEM_REQUIRE_FIXTURE(mtp);
+  const std::string common = "run -m " + model + " --backend cpu -t 1 --temp 0 -n 20 -p Hello";
+  // The generated text: stdout, flushed token by token before the summary lines on stderr.
+  auto text = [](const std::string& out) {
+    std::string t = out.substr(0, out.find("gem run: load"));
+    std::string kept, line;
+    std::istringstream in(t);
+    while (std::getline(in, line)) {
+      if (line.rfind("gem ", 0) != 0) kept += line + "\n";
+    }
+    return kept;
+  };
+  CmdResult plain = run_gem(common);
+  CmdResult spec = run_gem(common + " --mtp " + mtp);
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  ASSERT_EQ(spec.rc, 0) << spec.out;
+  EXPECT_FALSE(text(plain.out).empty()) << plain.out;
+  EXPECT_EQ(text(spec.out), text(plain.out));
+  EXPECT_NE(spec.out.find("gem run: drafted "), std::string::npos) << spec.out;
+  CmdResult wrong = run_gem(common + " --mtp " + model);
+  EXPECT_NE(wrong.rc, 0);
+  EXPECT_NE(wrong.out.find("--mtp " + model + ":"), std::string::npos) << wrong.out;
 }
 
 }  // namespace
