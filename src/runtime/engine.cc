@@ -292,15 +292,33 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
   }
   int32_t root = choose(logits);
   int root_row = -1;  // the row of the last eval root was chosen from (-1: its last)
+  // Adaptation: the draft length follows acceptance (doubling after a fully accepted round, the
+  // accepted count plus one after a partial one); two rounds in a row with nothing accepted pause
+  // drafting for `pause_len` tokens (doubling up to 256 while probes keep failing), so a drafter
+  // that is rarely right costs a probe now and then.
+  int k_cur = request.draft_max, misses = 0, pause = 0, pause_len = 8;
   std::vector<BatchRow> rows;
   for (;;) {
     if (!emit(root)) return ok_status();
     const int cur = n + result.n_generated - 1;  // root's position
-    int k = std::min(request.draft_max, n_ctx() - 1 - cur);
+    int k = std::min(k_cur, n_ctx() - 1 - cur);
     if (request.max_tokens >= 0) k = std::min(k, request.max_tokens - result.n_generated);
+    if (pause > 0) {
+      --pause;
+      k = 0;
+    }
     std::vector<int32_t> drafts =
         k > 0 ? request.drafter->propose(root, cur, root_row, k) : std::vector<int32_t>{};
     if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
+    if (drafts.empty()) {
+      // A plain decode step (on CUDA the decode graph, sampling on the device).
+      const int32_t one[1] = {root};
+      GEM_RETURN_IF_ERROR(backend_->eval(std::span<const int32_t>(one, 1), false));
+      const std::optional<int32_t> on_device = backend_->sample(request.sampling, history, 0.0);
+      root = on_device ? *on_device : choose(backend_->logits(-1));
+      root_row = -1;
+      continue;
+    }
     rows.clear();
     rows.push_back({0, cur, root, true});
     for (size_t i = 0; i < drafts.size(); ++i) {
@@ -319,6 +337,19 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
     // Keep root and the accepted drafts; the rejected ones leave the cache.
     if (accepted < static_cast<int>(drafts.size())) {
       GEM_RETURN_IF_ERROR(backend_->slot_truncate(0, cur + 1 + accepted));
+    }
+    if (accepted == static_cast<int>(drafts.size())) {
+      k_cur = std::min(request.draft_max, 2 * k_cur);
+    } else {
+      k_cur = accepted + 1;
+    }
+    if (accepted > 0) {
+      misses = 0;
+      pause_len = 8;
+    } else if (++misses >= 2) {
+      misses = 0;
+      pause = pause_len;
+      pause_len = std::min(256, 2 * pause_len);
     }
     root = next;
     root_row = accepted;

@@ -135,14 +135,20 @@ TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
       EXPECT_GT(r.result.n_drafted, 0) << what;
       const int per_round = std::min(right, draft_max);
       if (per_round == 0) {
+        // Never right: two rounds in a row without acceptance pause drafting (8 tokens, then 16,
+        // ...), so the drafter is asked a few times, not once a token.
         EXPECT_EQ(r.result.n_draft_accepted, 0) << what;
+        EXPECT_LE(d.calls, 10) << what;
+        EXPECT_LE(r.result.n_drafted, draft_max + 10) << what;
+      } else {
+        // Each round emits a root and per_round accepted drafts (after the first round the
+        // draft length settles at per_round + 1, or draft_max when every draft is right); a root
+        // that is the last token asks for no drafts.
+        EXPECT_EQ(d.calls, (max_tokens - 1 + per_round) / (per_round + 1)) << what;
       }
       if (right >= draft_max) {
         EXPECT_EQ(r.result.n_draft_accepted, r.result.n_drafted) << what;
       }
-      // Each round emits a root and per_round accepted drafts; a root that is the last token
-      // asks for no drafts.
-      EXPECT_EQ(d.calls, (max_tokens - 1 + per_round) / (per_round + 1)) << what;
     }
   }
 }
@@ -215,6 +221,8 @@ TEST(Speculative, MtpAssistantDraftsLosslessly) {
   const Output got = generate(*e, prompt, 48, mtp->get());
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_GT(got.result.n_drafted, 0);
+  // Random weights: drafts are (almost) never right, and the adaptation stops asking.
+  EXPECT_LE(got.result.n_drafted, 8 + 10);
   std::printf("mtp on random weights: %d drafted, %d accepted\n", got.result.n_drafted,
               got.result.n_draft_accepted);
 }
