@@ -88,8 +88,8 @@ int run(const RunFlags& f) {
   req.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
 
   runtime::Engine engine(std::move(*model), std::move(*backend), std::move(*tokenizer));
-  // Speculative decoding with the MTP assistant: greedy requests draft and verify; sampled ones
-  // decode one token at a time (the engine's rule).
+  // Speculative decoding with the MTP assistant: greedy runs give the same tokens as without it,
+  // sampled ones the same distribution (the engine's verification).
   std::unique_ptr<model::Assistant> assistant;
   std::unique_ptr<runtime::MtpDraftSource> drafter;
   if (!f.mtp.empty()) {
@@ -102,11 +102,6 @@ int run(const RunFlags& f) {
     drafter = std::move(d).value();
     req.drafter = drafter.get();
     req.draft_max = f.draft_max;
-    if (req.sampling.temperature > 0.0f) {
-      std::fprintf(stderr, "gem run: --mtp drafts for greedy decoding (--temp 0); this run samples "
-                           "at temperature %.2f and decodes one token at a time\n",
-                   req.sampling.temperature);
-    }
   }
   StreamDecoder decoder(engine.tokenizer(), f.show_special);
   Timer progress_timer;
@@ -166,8 +161,8 @@ RunFn setup(CLI::App& app) {
   app.add_option("--frequency-penalty", f->frequency_penalty, "frequency penalty");
   app.add_option("-s,--seed", f->seed, "random seed (default: random)");
   app.add_option("--mtp", f->mtp,
-                 "MTP assistant GGUF (gemma4-assistant) for speculative decoding of greedy runs; "
-                 "CPU backend for now");
+                 "MTP assistant GGUF (gemma4-assistant) for speculative decoding (lossless: greedy "
+                 "output unchanged, sampling's distribution unchanged); CPU backend for now");
   app.add_option("--draft-max", f->draft_max, "tokens drafted per round with --mtp (default 8)");
   add_backend_flags(app, f->backend);
   return [f] { return run(*f); };

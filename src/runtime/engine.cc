@@ -180,8 +180,7 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   }
 
   const Timer decode_timer;
-  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint &&
-      request.sampling.temperature <= 0.0f) {
+  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint) {
     Status st = decode_speculative(request, cb, logits, result);
     result.decode_seconds = decode_timer.seconds();
     rollback();
@@ -276,14 +275,46 @@ bool Engine::emit(int32_t token, const GenerateRequest& request, const GenerateC
 // after root, d_1..d_i, so d_{i+1} is accepted while it equals that choice, and the first row
 // that disagrees gives the next root (the bonus token). The cache then drops the rejected
 // drafts (slot_truncate: positions after the last accepted one). Tokens are emitted one by one
-// with the plain loop's checks, so the output and where it stops equal plain greedy decoding.
+// with the plain loop's checks, so the output and where it stops equal plain greedy decoding
+// (sampled requests: equal in distribution, see verify below).
 Status Engine::decode_speculative(const GenerateRequest& request, const GenerateCallbacks& cb,
                                   std::span<const float> logits, GenerateResult& result) {
   const int n = static_cast<int>(request.prompt.size());
   std::vector<int32_t> history = request.prompt;
   auto emit = [&](int32_t token) { return this->emit(token, request, cb, history, result); };
+  // Greedy: a draft is accepted when it is the target's own choice. Sampled: speculative
+  // rejection sampling with the drafts as certain proposals (q = 1 on the drafted token): accept
+  // d with probability p(d), else draw from p without d (the residual max(0, p − q), normalised),
+  // so every token is distributed exactly as plain sampling draws it.
+  const bool sampled = request.sampling.temperature > 0.0f;
+  Rng rng(resolve_seed(request.sampling.seed));
   auto choose = [&](std::span<const float> row) {
-    return sample_token(row, request.sampling, history, 0.0);
+    return sample_token(row, request.sampling, history, sampled ? rng.next_double() : 0.0);
+  };
+  // Verification of draft d against `row`: true when accepted; otherwise *next is the token
+  // drawn in its place.
+  auto verify = [&](std::span<const float> row, int32_t d, int32_t* next) {
+    if (!sampled) {
+      *next = choose(row);
+      return *next == d;
+    }
+    const std::vector<std::pair<int32_t, float>> dist =
+        sampling_distribution(row, request.sampling, history);
+    float p_d = 0.0f;
+    for (const auto& [id, p] : dist) {
+      if (id == d) p_d = p;
+    }
+    if (rng.next_double() < p_d) return true;
+    const double target = rng.next_double() * (1.0 - p_d);
+    double acc = 0.0;
+    *next = -1;
+    for (const auto& [id, p] : dist) {
+      if (id == d) continue;
+      *next = id;  // the last one, should rounding leave target beyond the sum
+      acc += p;
+      if (acc > target) break;
+    }
+    return false;
   };
 
   if (request.max_tokens == 0) {
@@ -314,8 +345,10 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
       // A plain decode step (on CUDA the decode graph, sampling on the device).
       const int32_t one[1] = {root};
       GEM_RETURN_IF_ERROR(backend_->eval(std::span<const int32_t>(one, 1), false));
-      const std::optional<int32_t> on_device = backend_->sample(request.sampling, history, 0.0);
-      root = on_device ? *on_device : choose(backend_->logits(-1));
+      const double coin = sampled ? rng.next_double() : 0.0;
+      const std::optional<int32_t> on_device = backend_->sample(request.sampling, history, coin);
+      root = on_device ? *on_device
+                       : sample_token(backend_->logits(-1), request.sampling, history, coin);
       root_row = -1;
       continue;
     }
@@ -327,13 +360,16 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
     GEM_RETURN_IF_ERROR(backend_->eval_batch(rows));
     result.n_drafted += static_cast<int>(drafts.size());
     int accepted = 0;
-    int32_t next = choose(backend_->batch_logits(0));
-    while (accepted < static_cast<int>(drafts.size()) && next == drafts[accepted]) {
+    int32_t next = -1;
+    while (accepted < static_cast<int>(drafts.size()) &&
+           verify(backend_->batch_logits(accepted), drafts[accepted], &next)) {
+      const int32_t d = drafts[accepted];
       ++accepted;
       result.n_draft_accepted++;
-      if (!emit(next)) return ok_status();
-      next = choose(backend_->batch_logits(accepted));
+      if (!emit(d)) return ok_status();
     }
+    // Every draft accepted: the last row gives the next token.
+    if (accepted == static_cast<int>(drafts.size())) next = choose(backend_->batch_logits(accepted));
     // Keep root and the accepted drafts; the rejected ones leave the cache.
     if (accepted < static_cast<int>(drafts.size())) {
       GEM_RETURN_IF_ERROR(backend_->slot_truncate(0, cur + 1 + accepted));

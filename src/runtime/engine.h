@@ -62,8 +62,9 @@ struct GenerateRequest {
   bool stop_at_eog = true;      // stop at <eos>, <turn|>, <|tool_response>
   Constraint constraint;        // optional
   // Speculative decoding (optional): drafts of up to draft_max tokens per round, verified in one
-  // eval. Used for greedy requests without a constraint (whose acceptance is an exact prefix
-  // match); other requests decode one token at a time.
+  // eval; greedy requests accept the prefix the target itself would choose (the same tokens as
+  // without drafting), sampled ones by speculative rejection sampling (the same distribution).
+  // Requests with a constraint decode one token at a time.
   DraftSource* drafter = nullptr;
   int draft_max = 8;
 };
@@ -144,8 +145,8 @@ class Engine {
   // after it (result.finish says why).
   bool emit(int32_t token, const GenerateRequest& request, const GenerateCallbacks& cb,
             std::vector<int32_t>& history, GenerateResult& result);
-  // The decode loop with drafting (greedy, no constraint); same emission and stop rules as the
-  // plain loop. `logits`: the prompt's last row.
+  // The decode loop with drafting (no constraint); same emission and stop rules as the plain
+  // loop. `logits`: the prompt's last row.
   Status decode_speculative(const GenerateRequest& request, const GenerateCallbacks& cb,
                             std::span<const float> logits, GenerateResult& result);
 
