@@ -90,14 +90,12 @@ int run(const RunFlags& f) {
   runtime::Engine engine(std::move(*model), std::move(*backend), std::move(*tokenizer));
   // Speculative decoding with the MTP assistant: greedy runs give the same tokens as without it,
   // sampled ones the same distribution (the engine's verification).
-  std::unique_ptr<model::Assistant> assistant;
   std::unique_ptr<runtime::MtpDraftSource> drafter;
   if (!f.mtp.empty()) {
     if (f.draft_max < 1) return fail(cmd, strprintf("--draft-max %d: at least 1", f.draft_max));
     auto a = model::load_assistant(f.mtp);
     if (!a.ok()) return fail(cmd, "--mtp " + f.mtp + ": " + a.message());
-    assistant = std::move(a).value();
-    auto d = runtime::MtpDraftSource::make(engine.backend(), *assistant);
+    auto d = runtime::MtpDraftSource::make(engine.backend(), std::move(a).value());
     if (!d.ok()) return fail(cmd, "--mtp " + f.mtp + ": " + d.message());
     drafter = std::move(d).value();
     req.drafter = drafter.get();

@@ -56,6 +56,8 @@ struct ServeArgs {
   bool metrics = false;                // --metrics: GET /metrics
   bool slots = true;                   // --slots / --no-slots: GET /slots
   int n_parallel = 1;                  // -np: stored; requests are served one at a time for now
+  std::string mtp;                     // --mtp: the MTP assistant GGUF (speculative decoding)
+  int draft_max = 8;                   // --draft-max: tokens drafted per round
 
   // One-line notices for flags accepted for llama-server compatibility that change nothing here,
   // printed when the server starts.

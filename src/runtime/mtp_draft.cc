@@ -7,12 +7,13 @@
 
 namespace gem::runtime {
 
-Result<std::unique_ptr<MtpDraftSource>> MtpDraftSource::make(Backend& backend,
-                                                             const model::Assistant& assistant) {
-  auto drafter = backend.make_drafter(assistant);
+Result<std::unique_ptr<MtpDraftSource>> MtpDraftSource::make(
+    Backend& backend, std::unique_ptr<model::Assistant> assistant) {
+  auto drafter = backend.make_drafter(*assistant);
   if (!drafter.ok()) return drafter.status();
   backend.set_keep_hidden(true);
-  return std::unique_ptr<MtpDraftSource>(new MtpDraftSource(backend, std::move(drafter).value()));
+  return std::unique_ptr<MtpDraftSource>(
+      new MtpDraftSource(backend, std::move(assistant), std::move(drafter).value()));
 }
 
 std::vector<int32_t> MtpDraftSource::propose(int32_t root, int pos, int row, int k) {

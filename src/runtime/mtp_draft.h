@@ -15,16 +15,18 @@ namespace gem::runtime {
 
 class MtpDraftSource final : public DraftSource {
  public:
-  // Pairs `assistant` with the backend's model (the assistant must outlive this) and turns on
-  // the backend's kept hidden rows.
+  // Pairs `assistant` (kept by the source) with the backend's model and turns on the backend's
+  // kept hidden rows.
   static Result<std::unique_ptr<MtpDraftSource>> make(Backend& backend,
-                                                      const model::Assistant& assistant);
+                                                      std::unique_ptr<model::Assistant> assistant);
   std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override;
 
  private:
-  MtpDraftSource(Backend& backend, std::unique_ptr<Drafter> drafter)
-      : backend_(backend), drafter_(std::move(drafter)) {}
+  MtpDraftSource(Backend& backend, std::unique_ptr<model::Assistant> assistant,
+                 std::unique_ptr<Drafter> drafter)
+      : backend_(backend), assistant_(std::move(assistant)), drafter_(std::move(drafter)) {}
   Backend& backend_;
+  std::unique_ptr<model::Assistant> assistant_;  // before the drafter: it outlives it
   std::unique_ptr<Drafter> drafter_;
   std::vector<float> h_;
 };

@@ -722,7 +722,7 @@ json timings_json(const runtime::GenerateResult& r) {
   const int prompt_n = r.n_prompt - r.n_cached;
   const double prompt_ms = r.prompt_seconds * 1e3;
   const double predicted_ms = r.decode_seconds * 1e3;
-  return json{{"cache_n", r.n_cached},
+  json t = json{{"cache_n", r.n_cached},
               {"prompt_n", prompt_n},
               {"prompt_ms", prompt_ms},
               {"prompt_per_token_ms", prompt_n > 0 ? prompt_ms / prompt_n : 0.0},
@@ -736,6 +736,11 @@ json timings_json(const runtime::GenerateResult& r) {
               // them (the server's per-token overhead over the engine loop).
               {"predicted_server_ms", r.callback_seconds * 1e3},
               {"predicted_server_cpu_ms", r.callback_cpu_seconds * 1e3}};
+  if (r.n_drafted > 0) {  // llama-server's fields when drafting
+    t["draft_n"] = r.n_drafted;
+    t["draft_n_accepted"] = r.n_draft_accepted;
+  }
+  return t;
 }
 
 DeltaAssembler::DeltaAssembler(std::vector<std::string> stop, std::mt19937_64* rng,

@@ -296,6 +296,11 @@ void Server::set_model_info(ModelInfo info) {
   info_known_ = true;
 }
 
+void Server::set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draft_max) {
+  drafter_ = std::move(drafter);
+  draft_max_ = draft_max;
+}
+
 void Server::set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template) {
   engine_ = std::move(engine);
   {
@@ -429,6 +434,8 @@ json Server::props_json() const {
   if (info.n_ctx > 0) settings["n_ctx"] = info.n_ctx;
   return json{{"default_generation_settings", settings},
               {"total_slots", 1},
+              {"speculative", drafter_ != nullptr},  // --mtp: drafts with the MTP assistant
+              {"draft_max", drafter_ ? draft_max_ : 0},
               {"model_alias", options_.model_name},
               {"model_path", options_.model_path},
               {"modalities", {{"vision", false}, {"audio", false}, {"video", false}}},
@@ -906,6 +913,8 @@ bool Server::run_job(Job& job, http::Response& res) {
   greq.sampling = cr.sampling;
   greq.max_tokens = cr.max_tokens;
   greq.stop_at_eog = !cr.ignore_eos;
+  greq.drafter = drafter_.get();  // the engine drafts for requests without a constraint
+  greq.draft_max = draft_max_;
   std::unique_ptr<LogprobRecorder> recorder;
   std::vector<runtime::Constraint> constraints;
   if (cr.top_logprobs >= 0) {

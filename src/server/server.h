@@ -127,6 +127,9 @@ class Server {
   void set_model_info(ModelInfo info);
   // Installs the loaded engine; `chat_template` is shown in /props.
   void set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template);
+  // Speculative decoding (--mtp): requests without a constraint draft with `drafter` (over the
+  // engine's backend), up to draft_max tokens a round. Call before set_engine.
+  void set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draft_max);
   // Serves until stop(). Returns false when the server could not run.
   bool run();
   // Stops at once: running requests are cut as by a shutdown whose grace period ran out.
@@ -171,6 +174,8 @@ class Server {
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::unique_ptr<runtime::Engine> engine_;
+  std::unique_ptr<runtime::DraftSource> drafter_;  // set_drafter's
+  int draft_max_ = 8;
   mutable std::mutex info_mu_;
   ModelInfo info_;               // guarded by info_mu_
   bool info_known_ = false;      // guarded by info_mu_

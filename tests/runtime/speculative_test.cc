@@ -217,7 +217,7 @@ TEST(Speculative, MtpAssistantDraftsLosslessly) {
   auto plain = cpu_engine(256);
   const Output want = generate(*plain, prompt, 48, nullptr);
   auto e = cpu_engine(256);
-  auto mtp = MtpDraftSource::make(e->backend(), **assistant);
+  auto mtp = MtpDraftSource::make(e->backend(), std::move(assistant).value());
   ASSERT_TRUE(mtp.ok()) << mtp.message();
   const Output got = generate(*e, prompt, 48, mtp->get());
   EXPECT_EQ(got.tokens, want.tokens);
