@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "sampler/sampler.h"
+#include "server/real_server.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -83,44 +84,18 @@ class CountingBackend : public Backend {
 
 struct Served {
   Counts counts;
-  std::unique_ptr<server::Server> server;
-  std::thread thread;
-  int port = 0;
-  ~Served() {
-    if (server) server->stop();
-    if (thread.joinable()) thread.join();
-  }
+  RealServer rs;
 };
 
 void start(Served& s, bool device_sample) {
-  const std::string path = fixture("tiny-q4_0.gguf");
-  GEM_REQUIRE_FIXTURE(path);
-  auto m = model::load_model(path);
-  ASSERT_TRUE(m.ok()) << m.message();
-  auto tok = Tokenizer::from_gguf(*(*m)->file);
-  ASSERT_TRUE(tok.ok()) << tok.message();
-  BackendOptions bo;
-  bo.n_ctx = 512;
-  bo.n_threads = 2;
-  auto cpu = cpu::make_cpu_backend(**m, bo);
-  ASSERT_TRUE(cpu.ok()) << cpu.message();
-  auto counting = std::make_unique<CountingBackend>(std::move(*cpu), &s.counts, device_sample);
-  server::ServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.model_name = "gem-test";
-  o.model_path = path;
-  s.server = std::make_unique<server::Server>(o);
-  ASSERT_TRUE(s.server->bind().ok());
-  s.port = s.server->port();
-  s.thread = std::thread([&s] { s.server->run(); });
-  s.server->set_engine(std::make_unique<runtime::Engine>(std::move(*m), std::move(counting), std::move(*tok)),
-                       "{{ template }}");
+  start_real_server(s.rs, [&](std::unique_ptr<Backend> cpu) -> std::unique_ptr<Backend> {
+    return std::make_unique<CountingBackend>(std::move(cpu), &s.counts, device_sample);
+  });
 }
 
 // One chat completion; returns the number of generated tokens.
 int complete(const Served& s, bool stream, const nlohmann::json& sampling) {
-  httplib::Client c("127.0.0.1", s.port);
+  httplib::Client c("127.0.0.1", s.rs.port);
   c.set_read_timeout(120, 0);
   nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", "Write about the sea."}}}},
                          {"max_tokens", 24},

@@ -13,51 +13,24 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/mtp_draft.h"
+#include "server/real_server.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gem::test {
 namespace {
 
-struct Served {
-  std::unique_ptr<server::Server> server;
-  std::thread thread;
-  int port = 0;
-  ~Served() {
-    if (server) server->stop();
-    if (thread.joinable()) thread.join();
-  }
-};
+using Served = RealServer;
 
 void start(Served& s, bool mtp) {
-  const std::string path = fixture("tiny-q4_0.gguf");
-  GEM_REQUIRE_FIXTURE(path);
-  auto m = model::load_model(path);
-  ASSERT_TRUE(m.ok()) << m.message();
-  auto tok = Tokenizer::from_gguf(*(*m)->file);
-  ASSERT_TRUE(tok.ok()) << tok.message();
-  BackendOptions bo;
-  bo.n_ctx = 512;
-  bo.n_threads = 2;
-  auto cpu = cpu::make_cpu_backend(**m, bo);
-  ASSERT_TRUE(cpu.ok()) << cpu.message();
-  server::ServerOptions o;
-  o.port = 0;
-  o.model_name = "gem-test";
-  o.model_path = path;
-  s.server = std::make_unique<server::Server>(o);
-  ASSERT_TRUE(s.server->bind().ok());
-  s.port = s.server->port();
-  s.thread = std::thread([&s] { s.server->run(); });
-  auto engine = std::make_unique<runtime::Engine>(std::move(*m), std::move(*cpu), std::move(*tok));
-  if (mtp) {
+  if (!mtp) return start_real_server(s);
+  start_real_server(s, {}, [](server::Server& server, runtime::Engine& engine) {
     auto a = model::load_assistant(fixture("mtp/tiny-q4_0-assistant.gguf"));
     ASSERT_TRUE(a.ok()) << a.message();
-    auto d = runtime::MtpDraftSource::make(engine->backend(), std::move(a).value());
+    auto d = runtime::MtpDraftSource::make(engine.backend(), std::move(a).value());
     ASSERT_TRUE(d.ok()) << d.message();
-    s.server->set_drafter(std::move(d).value(), 4);
-  }
-  s.server->set_engine(std::move(engine), "{{ template }}");
+    server.set_drafter(std::move(d).value(), 4);
+  });
 }
 
 nlohmann::json post(const Served& s, const nlohmann::json& body) {
