@@ -4,44 +4,19 @@
 # Exits non-zero when the fuzzer finds a crash, leak, timeout or sanitizer report; the input
 # that caused it is left in BUILD_DIR/fuzz/artifacts/.
 set -euo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUILD_DIR SECONDS" >&2
-  exit 2
-fi
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/fuzz_lib.sh"
+fuzz_usage fuzz/run.sh "$@"
 build=$1
 seconds=$2
-here=$(cd "$(dirname "$0")" && pwd)
 fuzzer=$build/fuzz/gguf_fuzz
 writer=$build/fuzz/gguf_corpus_writer
-for bin in "$fuzzer" "$writer"; do
-  if [[ ! -x $bin ]]; then
-    echo "fuzz/run.sh: $bin not found; build with -DGEM_FUZZ=ON first" >&2
-    exit 2
-  fi
-done
+fuzz_need fuzz/run.sh "$fuzzer" "$writer"
 
 seeds=$build/fuzz/seeds
 work=$build/fuzz/corpus        # grows across runs: what the fuzzer found interesting
-artifacts=$build/fuzz/artifacts
-rm -rf "$seeds" "$artifacts"
-mkdir -p "$seeds" "$work" "$artifacts"
+rm -rf "$seeds"
+mkdir -p "$seeds" "$work"
 "$writer" "$seeds"
-
-echo "fuzz/run.sh: running gguf_fuzz for ${seconds} s"
-set +e
-"$fuzzer" "$work" "$seeds" \
-  -dict="$here/gguf.dict" \
-  -max_total_time="$seconds" \
-  -max_len=8192 \
-  -timeout=10 \
-  -rss_limit_mb=2048 \
-  -artifact_prefix="$artifacts/" \
-  -print_final_stats=1
-rc=$?
-set -e
-if [[ $rc -ne 0 ]]; then
-  echo "fuzz/run.sh: gguf_fuzz failed (exit $rc); reproducer(s):" >&2
-  ls -l "$artifacts" >&2
-  exit 1
-fi
-echo "fuzz/run.sh: no crash in ${seconds} s"
+fuzz_run fuzz/run.sh "$fuzzer" "$seconds" "$here/gguf.dict" 8192 "$build/fuzz/artifacts" \
+  "$build/fuzz/gguf_fuzz.log" "$work" "$seeds"
