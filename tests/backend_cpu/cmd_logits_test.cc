@@ -13,17 +13,6 @@
 namespace gem::test {
 namespace {
 
-// Runs a shell command; returns (exit status, stdout).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, out};
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 TEST(CmdLogits, MatchesFixture) {
   GEM_REQUIRE_FIXTURE(fixture("tiny6-f32.gguf"));
@@ -35,7 +24,7 @@ TEST(CmdLogits, MatchesFixture) {
     ids.append(std::to_string(t));
   }
   const std::string out = temp_dir() + "/logits.f32";
-  const auto [rc, text] = run(gem_binary() + " logits -m " + fixture("tiny6-f32.gguf") + " --ids " +
+  const auto [rc, text] = run_command(gem_binary() + " logits -m " + fixture("tiny6-f32.gguf") + " --ids " +
                               ids + " --top 20 --full-at 5 --out " + out + " --reference -t 2 2>&1");
   ASSERT_EQ(rc, 0) << text;
   const nlohmann::json j = nlohmann::json::parse(text);
@@ -69,13 +58,13 @@ TEST(CmdLogits, RejectsBadArguments) {
   GEM_REQUIRE_FIXTURE(fixture("tiny6-f32.gguf"));
   ASSERT_TRUE(file_exists(gem_binary())) << gem_binary();
   const std::string base = gem_binary() + " logits -m " + fixture("tiny6-f32.gguf");
-  auto [rc1, t1] = run(base + " --ids 2,abc 2>&1");
+  auto [rc1, t1] = run_command(base + " --ids 2,abc 2>&1");
   EXPECT_NE(rc1, 0);
   EXPECT_NE(t1.find("'abc' is not an integer"), std::string::npos) << t1;
-  auto [rc2, t2] = run(base + " --ids 2,818 --full-at 2 2>&1");
+  auto [rc2, t2] = run_command(base + " --ids 2,818 --full-at 2 2>&1");
   EXPECT_NE(rc2, 0);
   EXPECT_NE(t2.find("--full-at"), std::string::npos) << t2;
-  auto [rc3, t3] = run(base + " --ids 2,999999 2>&1");
+  auto [rc3, t3] = run_command(base + " --ids 2,999999 2>&1");
   EXPECT_NE(rc3, 0);
   EXPECT_NE(t3.find("999999"), std::string::npos) << t3;
 }

@@ -1,6 +1,9 @@
 // Test helpers (see test_util.h).
 #include "common/test_util.h"
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +39,17 @@ std::string missing_fixture_message(const std::string& path) {
   return "test data missing: " + path + " (vendored in tests/data; tools/vendor_test_data.py rewrites it)";
 }
 std::string gem_binary() { return binary_dir() + "/bin/gem"; }
+
+std::pair<int, std::string> run_command(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, out};
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
 
 bool file_exists(const std::string& path) { return std::filesystem::exists(path); }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gem::test {
@@ -21,6 +22,8 @@ std::string missing_fixture_message(const std::string& path);
 std::string source_dir();                     // the repository root
 std::string binary_dir();                     // the CMake build folder
 std::string gem_binary();                     // binary_dir() + "/bin/gem"
+// Runs a shell command: (its exit status, -1 when it did not exit normally; its stdout).
+std::pair<int, std::string> run_command(const std::string& cmd);
 bool file_exists(const std::string& path);
 std::vector<uint8_t> read_file(const std::string& path);
 std::string read_text(const std::string& path);

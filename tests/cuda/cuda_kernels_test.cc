@@ -35,6 +35,8 @@
 namespace gem {
 namespace {
 
+using test::DevWeights;
+
 #define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 template <typename T>
@@ -112,37 +114,6 @@ model::TensorView view(DType type, const std::vector<uint8_t>& data, int64_t row
   return v;
 }
 
-// A device matrix built the way the backend builds it (raw upload + repack).
-struct DevWeights {
-  cuda::DevMatrix m;
-  std::vector<void*> bufs;
-  DevWeights(DType type, const std::vector<uint8_t>& raw, int64_t rows, int64_t cols) {
-    m.rows = rows;
-    m.cols = cols;
-    void* staging = nullptr;
-    EXPECT_EQ(cudaMalloc(&staging, raw.size()), cudaSuccess);
-    bufs.push_back(staging);
-    EXPECT_EQ(cudaMemcpy(staging, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    if (type == DType::kQ4_0 || type == DType::kQ8_0) {
-      const bool q8 = type == DType::kQ8_0;
-      m.type = q8 ? cuda::WType::kQ8_0 : cuda::WType::kQ4_0;
-      void *qs = nullptr, *d = nullptr;
-      EXPECT_EQ(cudaMalloc(&qs, rows * cols / (q8 ? 1 : 2)), cudaSuccess);
-      EXPECT_EQ(cudaMalloc(&d, rows * cols / 32 * 2), cudaSuccess);
-      bufs.push_back(qs);
-      bufs.push_back(d);
-      m.qs = static_cast<uint8_t*>(qs);
-      m.d = static_cast<__half*>(d);
-      cuda::repack_blocks(static_cast<uint8_t*>(staging), rows * cols / 32, q8, m.qs, m.d, nullptr);
-    } else {
-      m.type = type == DType::kQ6_K ? cuda::WType::kQ6_K : cuda::WType::kF32;
-      m.raw = static_cast<uint8_t*>(staging);
-    }
-  }
-  ~DevWeights() {
-    for (void* p : bufs) cudaFree(p);
-  }
-};
 
 // Bound on |Σ w·x − Σ w·x̃| when x̃ rounds x to 8 bits per 32-block (step s = max|x|/127):
 // the rounding errors are independent, uniform in ±s/2, so 6 standard deviations of the sum.

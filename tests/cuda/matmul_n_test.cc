@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -107,8 +108,8 @@ struct Matrix {
   int64_t rows, cols;
   std::vector<uint8_t> raw;
   model::TensorView view;
+  std::unique_ptr<test::DevWeights> dev;  // the device layout the backend builds
   cuda::DevMatrix m;
-  std::vector<void*> bufs;
 
   Matrix(DType t, int64_t r, int64_t c) : type(t), rows(r), cols(c) {
     raw = t == DType::kF32 ? std::vector<uint8_t>() : random_weights(t, r, c);
@@ -123,31 +124,8 @@ struct Matrix {
     view.rows = r;
     view.cols = c;
     view.n_bytes = raw.size();
-    m.rows = r;
-    m.cols = c;
-    void* staging = nullptr;
-    EXPECT_EQ(cudaMalloc(&staging, raw.size()), cudaSuccess);
-    bufs.push_back(staging);
-    EXPECT_EQ(cudaMemcpy(staging, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    if (t == DType::kQ4_0 || t == DType::kQ8_0) {
-      const bool q8 = t == DType::kQ8_0;
-      m.type = q8 ? cuda::WType::kQ8_0 : cuda::WType::kQ4_0;
-      void *qs = nullptr, *d = nullptr;
-      EXPECT_EQ(cudaMalloc(&qs, r * c / (q8 ? 1 : 2)), cudaSuccess);
-      EXPECT_EQ(cudaMalloc(&d, r * c / 32 * 2), cudaSuccess);
-      bufs.push_back(qs);
-      bufs.push_back(d);
-      m.qs = static_cast<uint8_t*>(qs);
-      m.d = static_cast<__half*>(d);
-      cuda::repack_blocks(static_cast<uint8_t*>(staging), r * c / 32, q8, m.qs, m.d, nullptr);
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    } else {
-      m.type = t == DType::kQ6_K ? cuda::WType::kQ6_K : cuda::WType::kF32;
-      m.raw = static_cast<uint8_t*>(staging);
-    }
-  }
-  ~Matrix() {
-    for (void* p : bufs) cudaFree(p);
+    dev = std::make_unique<test::DevWeights>(t, raw, r, c);
+    m = dev->m;
   }
   Matrix(const Matrix&) = delete;
   Matrix& operator=(const Matrix&) = delete;

@@ -20,16 +20,8 @@ struct CmdResult {
 };
 
 CmdResult run_gem(const std::string& args) {
-  CmdResult r;
-  const std::string cmd = test::gem_binary() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  const auto [rc, out] = test::run_command(test::gem_binary() + " " + args + " 2>&1");
+  return CmdResult{rc, out};
 }
 
 TEST(GemCli, SynthThenInspect) {

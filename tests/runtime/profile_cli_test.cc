@@ -16,17 +16,6 @@
 namespace gem::test {
 namespace {
 
-// Runs a shell command; returns (exit status, stdout).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, out};
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 std::string base() {
   return gem_binary() + " profile -m " + fixture("tiny-q4_0.gguf") + " --backend cpu -t 2";
@@ -35,7 +24,7 @@ std::string base() {
 TEST(ProfileCli, Json) {
   GEM_REQUIRE_FIXTURE(fixture("tiny-q4_0.gguf"));
   ASSERT_TRUE(file_exists(gem_binary())) << gem_binary();
-  const auto [rc, text] = run(base() + " -d 24 -n 2 --rows 1,16 --json 2>/dev/null");
+  const auto [rc, text] = run_command(base() + " -d 24 -n 2 --rows 1,16 --json 2>/dev/null");
   ASSERT_EQ(rc, 0) << text;
   const nlohmann::json j = nlohmann::json::parse(text);
   for (const char* key : {"model", "file", "backend", "kv_type", "n_ctx", "n_tile", "method",
@@ -106,7 +95,7 @@ TEST(ProfileCli, Json) {
 
 TEST(ProfileCli, TableAndAttentionSweep) {
   GEM_REQUIRE_FIXTURE(fixture("tiny-q4_0.gguf"));
-  auto [rc, text] = run(base() + " -d 8 -n 1 --reference 2>/dev/null");
+  auto [rc, text] = run_command(base() + " -d 8 -n 1 --reference 2>/dev/null");
   ASSERT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("backend cpu-reference"), std::string::npos) << text;
   EXPECT_NE(text.find("decode step: 1 row at depth 8"), std::string::npos) << text;
@@ -115,7 +104,7 @@ TEST(ProfileCli, TableAndAttentionSweep) {
   EXPECT_NE(text.find("| sample | global |"), std::string::npos) << text;
   EXPECT_NE(text.find("plain eval, timed as gem bench times it"), std::string::npos) << text;
 
-  auto [rc2, sweep] = run(base() + " --attention-sweep 0,40 -n 1 --json 2>/dev/null");
+  auto [rc2, sweep] = run_command(base() + " --attention-sweep 0,40 -n 1 --json 2>/dev/null");
   ASSERT_EQ(rc2, 0) << sweep;
   const nlohmann::json j = nlohmann::json::parse(sweep);
   ASSERT_EQ(j["attention_sweep"].size(), 2u);
@@ -145,11 +134,11 @@ TEST(ProfileCli, RejectsBadFlags) {
       {"--backend tpu", "--backend"},
   };
   for (const auto& [args, message] : cases) {
-    auto [rc, text] = run(base() + " " + args + " 2>&1");
+    auto [rc, text] = run_command(base() + " " + args + " 2>&1");
     EXPECT_NE(rc, 0) << args;
     EXPECT_NE(text.find(message), std::string::npos) << args << ": " << text;
   }
-  auto [rc, text] = run(gem_binary() + " profile -m /nonexistent.gguf 2>&1");
+  auto [rc, text] = run_command(gem_binary() + " profile -m /nonexistent.gguf 2>&1");
   EXPECT_NE(rc, 0);
   EXPECT_NE(text.find("/nonexistent.gguf"), std::string::npos) << text;
 }
