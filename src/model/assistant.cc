@@ -3,6 +3,8 @@
 // against the target it drafts for.
 #include "model/assistant.h"
 
+#include "model/load_util.h"
+
 #include <cstring>
 #include <set>
 
@@ -13,15 +15,6 @@ constexpr int kVocabSize = 262144;
 constexpr const char* kArch = "gemma4-assistant";
 
 std::string akey(std::string_view suffix) { return std::string(kArch) + "." + std::string(suffix); }
-
-std::string shape_str(const uint64_t* ne, size_t n) {
-  std::string s = "[";
-  for (size_t i = 0; i < n; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ne[i]);
-  }
-  return s + "]";
-}
 
 Result<int> read_u32(const gguf::GgufFile& f, std::string_view suffix) {
   const std::string key = akey(suffix);
@@ -201,39 +194,16 @@ Status read_config(const gguf::GgufFile& f, AssistantConfig* c) {
   return check_profile(c);
 }
 
-TensorView view_of(const gguf::TensorInfo& t) {
-  TensorView v;
-  v.name = t.name;
-  v.type = t.type;
-  v.data = t.data;
-  v.cols = static_cast<int64_t>(t.ne[0]);
-  v.rows = t.n_dims >= 2 ? static_cast<int64_t>(t.ne[1]) : 1;
-  v.n_bytes = t.n_bytes;
-  return v;
-}
-
 Status check_tensors(const gguf::GgufFile& f, const std::vector<ManifestEntry>& manifest) {
   std::set<std::string_view> expected;
   for (const ManifestEntry& e : manifest) {
     expected.insert(e.name);
     const gguf::TensorInfo* t = f.find_tensor(e.name);
     if (!t) return errorf("tensor %s missing", e.name.c_str());
-    const std::string got = shape_str(t->ne, t->n_dims);
-    const std::string want = shape_str(e.ne.data(), e.ne.size());
-    if (got != want) return errorf("tensor %s: shape %s, expected %s", e.name.c_str(), got.c_str(), want.c_str());
-    const bool ok = e.role == TensorRole::kMatrix ? matrix_dtype_accepted(t->type) : dtype_accepted(e.role, t->type);
-    if (!ok) {
-      const std::string_view tn = dtype_name(t->type);
-      const std::string acc = e.role == TensorRole::kMatrix ? std::string("Q4_0, Q8_0 or F32 for assistant matrices")
-                                                            : std::string(accepted_dtypes(e.role));
-      return errorf("tensor %s: dtype %.*s, gem accepts %s", e.name.c_str(), static_cast<int>(tn.size()),
-                    tn.data(), acc.c_str());
-    }
-    auto info = dtype_info(static_cast<uint32_t>(t->type));
-    if (!info || t->ne[0] % info->block_elems) {
-      return errorf("tensor %s: row of %llu values is not a whole number of blocks", e.name.c_str(),
-                    static_cast<unsigned long long>(t->ne[0]));
-    }
+    const bool matrix = e.role == TensorRole::kMatrix;
+    GEM_RETURN_IF_ERROR(check_entry(
+        *t, e, matrix ? matrix_dtype_accepted(t->type) : dtype_accepted(e.role, t->type),
+        matrix ? std::string_view("Q4_0, Q8_0 or F32 for assistant matrices") : accepted_dtypes(e.role)));
   }
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (expected.count(t.name)) continue;

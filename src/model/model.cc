@@ -3,6 +3,8 @@
 // matched value by value; smaller files with the same structure are accepted as test models.
 #include "model/model.h"
 
+#include "model/load_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -37,15 +39,6 @@ constexpr ProfileSpec k12B{Profile::k12B, 48, 3840, 15360, 16, 8, 1, 256, 512, 1
 constexpr ProfileSpec k31B{Profile::k31B, 60, 5376, 21504, 32, 16, 4, 256, 512, 1024, 262144, 833};
 
 std::string arch_key(std::string_view suffix) { return "gemma4." + std::string(suffix); }
-
-std::string shape_str(const uint64_t* ne, size_t n) {
-  std::string s = "[";
-  for (size_t i = 0; i < n; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ne[i]);
-  }
-  return s + "]";
-}
 
 // Reads the metadata of a gemma4 file into Config; profile checks come afterwards.
 class KeyReader {
@@ -305,17 +298,6 @@ Status read_sampling(const gguf::GgufFile& f, Config* c) {
   return ok_status();
 }
 
-TensorView view_of(const gguf::TensorInfo& t) {
-  TensorView v;
-  v.name = t.name;
-  v.type = t.type;
-  v.data = t.data;
-  v.cols = static_cast<int64_t>(t.ne[0]);
-  v.rows = t.n_dims >= 2 ? static_cast<int64_t>(t.ne[1]) : 1;
-  v.n_bytes = t.n_bytes;
-  return v;
-}
-
 // Appendix A.4: rope_freqs is [1.0 x active, >= 1e29 x the rest]; returns the active pair count.
 Result<int> check_rope_freqs(const gguf::TensorInfo& t, const Config& c) {
   const int n = c.head_dim_full / 2;
@@ -349,23 +331,7 @@ Status check_tensors(const gguf::GgufFile& f, const Config& c, const std::vector
       }
       return errorf("tensor %s missing", e.name.c_str());
     }
-    std::string got = shape_str(t->ne, t->n_dims);
-    std::string want = shape_str(e.ne.data(), e.ne.size());
-    if (got != want) {
-      return errorf("tensor %s: shape %s, expected %s", e.name.c_str(), got.c_str(), want.c_str());
-    }
-    if (!dtype_accepted(e.role, t->type)) {
-      std::string_view tn = dtype_name(t->type);
-      std::string_view acc = accepted_dtypes(e.role);
-      return errorf("tensor %s: dtype %.*s, gem accepts %.*s", e.name.c_str(), static_cast<int>(tn.size()),
-                    tn.data(), static_cast<int>(acc.size()), acc.data());
-    }
-    auto info = dtype_info(static_cast<uint32_t>(t->type));
-    if (!info || t->ne[0] % info->block_elems) {
-      return errorf("tensor %s: row of %llu values is not a whole number of %.*s blocks", e.name.c_str(),
-                    static_cast<unsigned long long>(t->ne[0]), static_cast<int>(dtype_name(t->type).size()),
-                    dtype_name(t->type).data());
-    }
+    GEM_RETURN_IF_ERROR(check_entry(*t, e, dtype_accepted(e.role, t->type), accepted_dtypes(e.role)));
   }
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (expected.count(t.name)) continue;
