@@ -289,21 +289,7 @@ Result<std::unique_ptr<Assistant>> load_assistant(std::unique_ptr<gguf::GgufFile
   GEM_RETURN_IF_ERROR(check_tensors(f, assistant_manifest(c)));
   GEM_RETURN_IF_ERROR(check_rope_freqs(*f.find_tensor("rope_freqs.weight"), c));
 
-  for (int il = 0; il < c.n_layers; ++il) {
-    const bool sliding = c.sliding[static_cast<size_t>(il)];
-    LayerPlan p;
-    p.layer = il;
-    p.kind = sliding ? AttnKind::kSliding : AttnKind::kFull;
-    p.n_heads = c.n_heads;
-    p.n_kv_heads = sliding ? c.n_kv_heads_sliding : c.n_kv_heads_full;
-    p.head_dim = sliding ? c.head_dim_sliding : c.head_dim_full;
-    p.window = sliding ? c.sliding_window : 0;
-    p.rope_theta = sliding ? c.rope_theta_sliding : c.rope_theta_full;
-    p.n_rot = sliding ? c.n_rot_sliding : c.n_rot_full;
-    p.n_rot_pairs_active = sliding ? c.n_rot_sliding / 2 : c.head_dim_full / 8;
-    p.v_from_k = !sliding;
-    a->plan.push_back(p);
-  }
+  for (int il = 0; il < c.n_layers; ++il) a->plan.push_back(plan_layer(c, il, c.head_dim_full / 8));
 
   AssistantWeights& w = a->weights;
   auto get = [&](const std::string& name) { return view_of(*f.find_tensor(name)); };

@@ -504,19 +504,8 @@ Result<std::unique_ptr<Model>> load_model(std::unique_ptr<gguf::GgufFile> file) 
   // The layer plan: every per-layer fact the forward needs.
   int n_sliding = 0, n_full = 0;
   for (int il = 0; il < c.n_layers; ++il) {
-    const bool sliding = c.sliding[static_cast<size_t>(il)];
-    LayerPlan p;
-    p.layer = il;
-    p.kind = sliding ? AttnKind::kSliding : AttnKind::kFull;
-    p.n_heads = c.n_heads;
-    p.n_kv_heads = sliding ? c.n_kv_heads_sliding : c.n_kv_heads_full;
-    p.head_dim = sliding ? c.head_dim_sliding : c.head_dim_full;
-    p.window = sliding ? c.sliding_window : 0;
-    p.rope_theta = sliding ? c.rope_theta_sliding : c.rope_theta_full;
-    p.n_rot = sliding ? c.n_rot_sliding : c.n_rot_full;
-    p.n_rot_pairs_active = sliding ? c.n_rot_sliding / 2 : active_full;
-    p.v_from_k = !sliding;
-    p.kv_slot = sliding ? n_sliding++ : n_full++;
+    LayerPlan p = plan_layer(c, il, active_full);
+    p.kv_slot = p.kind == AttnKind::kSliding ? n_sliding++ : n_full++;
     model->plan.push_back(p);
   }
 
