@@ -35,41 +35,12 @@
 namespace gem {
 namespace {
 
+using test::Dev;
 using test::DevWeights;
+using test::randn;
+using test::rng;
 
 #define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-template <typename T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    EXPECT_EQ(cudaMalloc(&p, count * sizeof(T) + 16), cudaSuccess);
-    // Poison: every output element must be written.
-    EXPECT_EQ(cudaMemset(p, 0xFF, count * sizeof(T)), cudaSuccess);
-  }
-  Dev(const std::vector<T>& v) : Dev(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Dev() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
-
-std::mt19937& rng() {
-  static std::mt19937 g(std::random_device{}());
-  return g;
-}
-
-std::vector<float> randn(size_t n, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng());
-  return v;
-}
 
 // Random GGUF Q4_0 / Q8_0 blocks for a [rows, cols] matrix.
 std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t cols) {

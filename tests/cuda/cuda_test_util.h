@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -20,6 +21,44 @@
   } while (0)
 
 namespace gem::test {
+
+// A device buffer of n T, poisoned (all bits set: NaN for floats) so that an unwritten output
+// fails the comparison; from a vector, its copy.
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(&p, count * sizeof(T) + 16), cudaSuccess);
+    poison();
+  }
+  Dev(const std::vector<T>& v) : Dev(v.size()) {
+    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void poison() { EXPECT_EQ(cudaMemset(p, 0xFF, n * sizeof(T)), cudaSuccess); }
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+
+// The tests' random source: a fresh seed each run (fresh random inputs at real shapes).
+inline std::mt19937& rng() {
+  static std::mt19937 g(std::random_device{}());
+  return g;
+}
+
+// n normal values of standard deviation `scale`.
+inline std::vector<float> randn(size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng());
+  return v;
+}
 
 // A device matrix built the way the backend builds it (raw upload + repack).
 struct DevWeights {

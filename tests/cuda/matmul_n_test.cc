@@ -34,39 +34,9 @@
 namespace gem {
 namespace {
 
-template <typename T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    EXPECT_EQ(cudaMalloc(&p, count * sizeof(T) + 16), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p, 0xFF, count * sizeof(T)), cudaSuccess);  // NaN: unwritten fails
-  }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void poison() { EXPECT_EQ(cudaMemset(p, 0xFF, n * sizeof(T)), cudaSuccess); }
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
-
-std::mt19937& rng() {
-  static std::mt19937 g(std::random_device{}());
-  return g;
-}
-
-std::vector<float> randn(size_t n) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng());
-  return v;
-}
+using test::Dev;
+using test::randn;
+using test::rng;
 
 // Random GGUF Q4_0 / Q8_0 blocks (scales 0.001-0.02) or Q6_K super-blocks (d 1e-4-1e-3,
 // sub-block scales in ±60) for a [rows, cols] matrix.
@@ -115,8 +85,8 @@ struct Matrix {
     raw = t == DType::kF32 ? std::vector<uint8_t>() : random_weights(t, r, c);
     if (t == DType::kF32) {
       const std::vector<float> f = randn(r * c);
-      raw.resize(f.size() * 4);
-      std::memcpy(raw.data(), f.data(), raw.size());
+      const auto* bytes = reinterpret_cast<const uint8_t*>(f.data());
+      raw.assign(bytes, bytes + f.size() * sizeof(float));
     }
     view.name = "test";
     view.type = t;
