@@ -137,6 +137,19 @@ class Backend {
     return std::nullopt;
   }
 
+  // sample() for several rows at once: reqs[i] picks from batch_logits(i) of the last
+  // eval_batch (same contract per row as sample()), in one device round trip where the backend
+  // samples. out[i] = nullopt where the backend cannot sample that row's parameters: the caller
+  // samples it on the host from batch_logits(i). Rows not asked about are left alone.
+  struct BatchSample {
+    const SamplingParams* params = nullptr;
+    std::span<const int32_t> history;
+    double coin = 0.0;
+  };
+  virtual std::vector<std::optional<int32_t>> sample_batch(std::span<const BatchSample> reqs) {
+    return std::vector<std::optional<int32_t>>(reqs.size());
+  }
+
   // Stage profiling (`gem profile`, backend/profile.h): while `profiler` is set, every eval adds
   // the time of each stage of its forward to it; null turns profiling off, and the backend then
   // runs exactly the work it runs without profiling. An error when the backend cannot time its
