@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -100,6 +101,19 @@ void expect_rows_close(std::span<const float> gpu, std::span<const float> cpu, c
 }
 
 const char* kModels[] = {"tiny-q4_0.gguf", "tiny6-f32.gguf", "tiny256-q6_k.gguf"};
+
+// Two logits rows are the same floats, bit for bit.
+void expect_bitwise(std::span<const float> a, std::span<const float> b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  size_t first = a.size();
+  for (size_t i = 0; i < a.size() && first == a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) first = i;
+  }
+  EXPECT_EQ(first, a.size()) << what << ": first difference at " << first << " ("
+                             << (first < a.size() ? a[first] : 0.0f) << " vs "
+                             << (first < a.size() ? b[first] : 0.0f) << ")";
+}
+
 
 TEST(CudaBackend, PromptLogitsMatchCpuOnEveryFixture) {
   REQUIRE_GPU();
@@ -229,6 +243,8 @@ TEST(CudaBackend, ShortEvalsMatchDecodeAndCpu) {
         const std::string what = std::string(name) + " n " + std::to_string(n) + " row " + std::to_string(r);
         expect_rows_close(p.gpu->logits(r), want[prefix + r], what + " vs cpu");
         expect_rows_close(p.gpu->logits(r), decoded[r], what + " vs decode");
+        // Up to 8 tokens an eval is a rows pass: each row is its decode step, bit for bit.
+        if (n <= 8) expect_bitwise(p.gpu->logits(r), decoded[r], what + " vs decode, bitwise");
       }
       EXPECT_EQ(p.gpu->n_past(), prefix + n);
     }
@@ -455,6 +471,96 @@ TEST(CudaBackend, SequenceSlotsMatchOneSequenceEach) {
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "row " << i;
   }
   EXPECT_FALSE(gpu.eval_batch(std::vector<BatchRow>{{S + 2, 0, 1, false}}).ok());
+}
+
+// The rows pass: every row of a batch equals, bit for bit, the decode step of its own sequence
+// done alone (one token at a time through eval(), the decode graphs): four sequences at
+// different depths decoded together in several row orders, crossing decode buckets of 32, 64
+// and 128 keys and the sliding window, then a verification of 8 rows of one sequence beside
+// single rows of the others, truncated and continued. Greedy decoding over such batches
+// therefore picks each sequence's tokens exactly as decoding it alone does.
+TEST(CudaBackend, RowsEqualTheirDecodeStepsBitForBit) {
+  REQUIRE_GPU();
+  cuda::CudaTuning tuning;
+  tuning.decode_bucket_min = 32;
+  for (const char* name : kModels) {
+    const std::string path = test::fixture(name);
+    GEM_REQUIRE_FIXTURE(path);
+    auto m = model::load_model(path);
+    ASSERT_TRUE(m.ok()) << m.message();
+    const int S = 4, n_ctx = 200;
+    BackendOptions o;
+    o.n_ctx = n_ctx;
+    o.kv_type = model::KvType::kF16;
+    o.n_tile = 64;
+    o.n_slots = S;
+    auto made = make_cuda_backend(**m, o, tuning);
+    ASSERT_TRUE(made.ok()) << made.message();
+    Backend& gpu = **made;
+    const auto base = prompt_tokens("long");
+    std::vector<std::vector<int32_t>> seq(S);
+    std::vector<std::vector<std::vector<float>>> alone(S);  // [slot][position] decode logits
+    const std::vector<int> prompt_len = {20, 37, 50, 90};
+    const int steps = 40;
+    for (int s = 0; s < S; ++s) {
+      for (int i = 0; i < prompt_len[s] + steps + 8; ++i) seq[s].push_back(base[(5 * s + 3 * i) % base.size()]);
+      BackendOptions o1 = o;
+      o1.n_slots = 1;
+      auto one = make_cuda_backend(**m, o1, tuning);
+      ASSERT_TRUE(one.ok()) << one.message();
+      ASSERT_TRUE((*one)->eval(std::span(seq[s]).first(prompt_len[s]), false).ok());
+      alone[s].resize(seq[s].size());
+      alone[s][prompt_len[s] - 1].assign((*one)->logits().begin(), (*one)->logits().end());
+      for (size_t p = prompt_len[s]; p < seq[s].size(); ++p) {
+        ASSERT_TRUE((*one)->eval(std::span(seq[s]).subspan(p, 1), false).ok());
+        alone[s][p].assign((*one)->logits().begin(), (*one)->logits().end());
+      }
+    }
+    // The prompts, each a run of the batch (the tile path on its slot, as eval() runs it).
+    std::vector<BatchRow> rows;
+    for (int s = 0; s < S; ++s) {
+      for (int i = 0; i < prompt_len[s]; ++i) rows.push_back({s, i, seq[s][i], i + 1 == prompt_len[s]});
+    }
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    for (int s = 0; s < S; ++s) {
+      expect_bitwise(gpu.batch_logits(s), alone[s][prompt_len[s] - 1],
+                     std::string(name) + " prompt of slot " + std::to_string(s));
+    }
+    const int orders[3][4] = {{0, 1, 2, 3}, {3, 1, 0, 2}, {2, 0, 3, 1}};
+    for (int step = 0; step < steps; ++step) {
+      rows.clear();
+      for (int s : orders[step % 3]) {
+        if (step % 7 == 3 && s == 1) continue;  // a sequence sitting a step out
+        const int p = gpu.slot_n_past(s);
+        rows.push_back({s, p, seq[s][p], true});
+      }
+      ASSERT_TRUE(gpu.eval_batch(rows).ok());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        expect_bitwise(gpu.batch_logits(static_cast<int>(i)), alone[rows[i].slot][rows[i].pos],
+                       std::string(name) + " step " + std::to_string(step) + " slot " +
+                           std::to_string(rows[i].slot) + " position " + std::to_string(rows[i].pos));
+      }
+    }
+    // A verification: 8 rows of slot 2 beside one row each of slots 0 and 3.
+    rows.clear();
+    const int p2 = gpu.slot_n_past(2);
+    rows.push_back({0, gpu.slot_n_past(0), seq[0][gpu.slot_n_past(0)], true});
+    for (int i = 0; i < 8; ++i) rows.push_back({2, p2 + i, seq[2][p2 + i], true});
+    rows.push_back({3, gpu.slot_n_past(3), seq[3][gpu.slot_n_past(3)], true});
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      expect_bitwise(gpu.batch_logits(static_cast<int>(i)), alone[rows[i].slot][rows[i].pos],
+                     std::string(name) + " verify row " + std::to_string(i));
+    }
+    // Reject the last five of slot 2's rows and evaluate them again, one by one.
+    ASSERT_TRUE(gpu.slot_truncate(2, p2 + 3).ok());
+    for (int i = 3; i < 8; ++i) {
+      rows = {{2, p2 + i, seq[2][p2 + i], true}};
+      ASSERT_TRUE(gpu.eval_batch(rows).ok());
+      expect_bitwise(gpu.batch_logits(0), alone[2][p2 + i],
+                     std::string(name) + " after truncation, position " + std::to_string(p2 + i));
+    }
+  }
 }
 
 // A checkpoint whose journal cannot be allocated (forced by the tuning's test hook) loses the

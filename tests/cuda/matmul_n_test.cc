@@ -384,6 +384,27 @@ void check_case(const Case& c, const std::vector<int>& splits = {0}) {
     }
   }
   EXPECT_EQ(bad, 0) << c.name << " n=" << n << " vs matvec";
+
+  // (4) The rows pass's products (matmul_rows, matmul_rows_gated for Q4_0 pairs) equal matvec
+  // bit for bit, row by row, whatever n.
+  if (c.up && w.type != DType::kQ4_0) return;
+  Dev<float> drows(static_cast<size_t>(n) * R);
+  drows.poison();
+  if (c.up) {
+    cuda::matmul_rows_gated(w.m, c.up->m, xq, n, drows.p, nullptr);
+  } else {
+    cuda::matmul_rows(w.m, dx.p, xq, n, drows.p, c.cap, nullptr);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> yr = drows.get();
+  int diff = 0;
+  for (size_t i = 0; i < yr.size(); ++i) {
+    if (std::memcmp(&yr[i], &mv[i], sizeof(float)) != 0 && diff++ < 5) {
+      ADD_FAILURE() << c.name << " n=" << n << " matmul_rows vs matvec: output " << i << " (token "
+                    << i / R << ", row " << i % R << "): " << yr[i] << " vs " << mv[i];
+    }
+  }
+  EXPECT_EQ(diff, 0) << c.name << " n=" << n << " matmul_rows is not matvec bit for bit";
 }
 
 const std::vector<int> kTokens = {1, 2, 3, 4, 5, 8, 13, 16, 32};

@@ -57,6 +57,13 @@ struct AttnArgs {
   // that do not rotate. The split tensor-core decode then reads only K's rotated quarter besides
   // V (attention_decode.cu, shared_kv_rotated). nullptr: K is read whole.
   const float* k_shared_w = nullptr;
+  // A rows pass (decode kernels only): n_rows decode queries, blockIdx.z = z being rows[z] — its
+  // position, its q/out row rows[z].row, its sequence slot's cache at rows[z].slot·slot_bytes from
+  // k_cache and v_cache — each computed exactly as that slot's decode step computes it; its
+  // parts at z·n_heads·n_splits·part_stride(D) in `part`. nullptr: one query at sp->pos0.
+  const RowParams* rows = nullptr;
+  int n_rows = 1;
+  size_t slot_bytes = 0;
 };
 size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits);
 void attention(const AttnArgs& a, cudaStream_t s, const CudaTuning& t = kDefaultTuning);

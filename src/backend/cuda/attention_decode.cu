@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/attention_parts.cuh"
@@ -161,8 +162,9 @@ __device__ __forceinline__ void stages_next(int it, int n_tiles, Load&& load) {
 // bandwidth, hence its lean form: one ring modulo per tile instead of one per 16-byte copy, the hardware
 // ex2-based __expf in the softmax (a few instructions instead of expf's dozen; relative error
 // ~2^-21 plus 2 ulp), the queries in float4 loads and the parts in float2 stores.
-template <int D, typename T, int kHPW>
-__global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a) {
+template <int D, typename T, int kHPW, bool kRows>
+__global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnArgs a_in) {
+  const AttnArgs a = kRows ? row_view(a_in, blockIdx.z) : a_in;
   constexpr int kPL = D / 32;
   constexpr int kRow = D * static_cast<int>(sizeof(T));  // bytes per key row
   constexpr int kKT = kDecTileBytes / kRow;              // keys per stage
@@ -531,8 +533,9 @@ __device__ __forceinline__ void mma_write_parts(const AttnArgs& a, int g, int r,
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel(AttnArgs a) {
+template <int D, bool kRows>
+__global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel(AttnArgs a_in) {
+  const AttnArgs a = kRows ? row_view(a_in, blockIdx.z) : a_in;
   constexpr int kRowH = D + 8;          // halves per staged row
   constexpr int kKS = D / 16;           // k-steps of S = Q·Kᵀ
   constexpr int kNB = D / 8 / kDecWarps;  // n-blocks of 8 output columns per warp
@@ -649,8 +652,9 @@ constexpr int mma2_smem_bytes() {
          (64 / kKeys) * 16 * mma2_srow<kKeys>() * 4;
 }
 
-template <int D, int kMma2Keys, int kMma2Stages, bool kShared>
-__global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kernel(AttnArgs a) {
+template <int D, int kMma2Keys, int kMma2Stages, bool kShared, bool kRows>
+__global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kernel(AttnArgs a_in) {
+  const AttnArgs a = kRows ? row_view(a_in, blockIdx.z) : a_in;
   constexpr int kNBS = kMma2Keys / 8;      // n-blocks of 8 keys in S
   constexpr int kParts = kDecWarps / kNBS;  // parts of D whose S products meet in shared memory
   constexpr int kKS2 = kMma2Keys / 16;     // k-steps of P·V per tile
@@ -821,8 +825,14 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
 // depths 0 / 4096 / 32768; 31B 164.7 / 153.7 / 141.9 vs 164.2 / 152.5 / 141.1).
 template <int D, int kKeys, int kStages, bool kShared>
 void launch2(dim3 grid, const AttnArgs& a, cudaStream_t s) {
-  launch(attention_decode_mma2_kernel<D, kKeys, kStages, kShared>, grid, kDecWarps * 32,
-         static_cast<size_t>(mma2_smem_bytes<D, kKeys, kStages, kShared>()), s, a);
+  const size_t smem = static_cast<size_t>(mma2_smem_bytes<D, kKeys, kStages, kShared>());
+  if (a.rows) {
+    launch(attention_decode_mma2_kernel<D, kKeys, kStages, kShared, true>, grid, kDecWarps * 32,
+           smem, s, a);
+  } else {
+    launch(attention_decode_mma2_kernel<D, kKeys, kStages, kShared, false>, grid, kDecWarps * 32,
+           smem, s, a);
+  }
 }
 
 template <int D, bool kShared>
@@ -830,15 +840,25 @@ void mma2_setup() {
   auto set = [](auto kernel, int bytes) {
     GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   };
-  set(attention_decode_mma2_kernel<D, 16, 3, kShared>, mma2_smem_bytes<D, 16, 3, kShared>());
-  set(attention_decode_mma2_kernel<D, 16, 4, kShared>, mma2_smem_bytes<D, 16, 4, kShared>());
-  set(attention_decode_mma2_kernel<D, 32, 2, kShared>, mma2_smem_bytes<D, 32, 2, kShared>());
-  set(attention_decode_mma2_kernel<D, 32, 3, kShared>, mma2_smem_bytes<D, 32, 3, kShared>());
+  auto shape = [&](auto keys, auto stages) {
+    constexpr int kK = decltype(keys)::value, kS = decltype(stages)::value;
+    set(attention_decode_mma2_kernel<D, kK, kS, kShared, false>, mma2_smem_bytes<D, kK, kS, kShared>());
+    set(attention_decode_mma2_kernel<D, kK, kS, kShared, true>, mma2_smem_bytes<D, kK, kS, kShared>());
+  };
+  shape(std::integral_constant<int, 16>{}, std::integral_constant<int, 3>{});
+  shape(std::integral_constant<int, 16>{}, std::integral_constant<int, 4>{});
+  shape(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
+  shape(std::integral_constant<int, 32>{}, std::integral_constant<int, 3>{});
+}
+
+// A launch's grid: (KV head, split), and the rows of a rows pass.
+dim3 decode_grid(const AttnArgs& a) {
+  return dim3(a.n_kv, a.n_splits, a.rows ? a.n_rows : 1);
 }
 
 template <int D, bool kShared>
 void launch_mma2(const AttnArgs& a, const CudaTuning& t, cudaStream_t s) {
-  const dim3 grid(a.n_kv, a.n_splits);
+  const dim3 grid = decode_grid(a);
   switch (t.attn_split_shape) {
     case 0: launch2<D, 16, 3, kShared>(grid, a, s); break;
     case 1: launch2<D, 16, 4, kShared>(grid, a, s); break;
@@ -856,19 +876,31 @@ void launch_decode_mma(const AttnArgs& a, const CudaTuning& t, cudaStream_t s) {
       launch_mma2<D, false>(a, t, s);
     }
   } else {
-    launch(attention_decode_mma_kernel<D>, dim3(a.n_kv, a.n_splits), kDecWarps * 32,
-           static_cast<size_t>(mma_smem_bytes<D>()), s, a);
+    const size_t smem = static_cast<size_t>(mma_smem_bytes<D>());
+    if (a.rows) {
+      launch(attention_decode_mma_kernel<D, true>, decode_grid(a), kDecWarps * 32, smem, s, a);
+    } else {
+      launch(attention_decode_mma_kernel<D, false>, decode_grid(a), kDecWarps * 32, smem, s, a);
+    }
+  }
+}
+
+template <int D, typename T, int kHPW>
+void launch_decode_hpw(const AttnArgs& a, cudaStream_t s) {
+  if (a.rows) {
+    launch(attention_decode_kernel<D, T, kHPW, true>, decode_grid(a), kDecWarps * 32, 0, s, a);
+  } else {
+    launch(attention_decode_kernel<D, T, kHPW, false>, decode_grid(a), kDecWarps * 32, 0, s, a);
   }
 }
 
 template <int D, typename T>
 void launch_decode(const AttnArgs& a, cudaStream_t s) {
   const int r = a.n_heads / a.n_kv;
-  const dim3 grid(a.n_kv, a.n_splits);
   if (r == 16) {
-    launch(attention_decode_kernel<D, T, 2>, grid, kDecWarps * 32, 0, s, a);
+    launch_decode_hpw<D, T, 2>(a, s);
   } else {
-    launch(attention_decode_kernel<D, T, 1>, grid, kDecWarps * 32, 0, s, a);
+    launch_decode_hpw<D, T, 1>(a, s);
   }
 }
 
@@ -887,12 +919,13 @@ void attention_setup() {
   static bool done = false;
   if (done) return;
   done = true;
-  GEM_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<256>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      mma_smem_bytes<256>()));
-  GEM_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<512>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      mma_smem_bytes<512>()));
+  auto set = [](auto kernel, int bytes) {
+    GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  };
+  set(attention_decode_mma_kernel<256, false>, mma_smem_bytes<256>());
+  set(attention_decode_mma_kernel<256, true>, mma_smem_bytes<256>());
+  set(attention_decode_mma_kernel<512, false>, mma_smem_bytes<512>());
+  set(attention_decode_mma_kernel<512, true>, mma_smem_bytes<512>());
   mma2_setup<256, false>();
   mma2_setup<512, false>();
   mma2_setup<256, true>();

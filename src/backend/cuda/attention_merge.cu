@@ -20,13 +20,16 @@ namespace {
 // shared memory; empty splits are never read.
 constexpr int kMergeThreads = 256;
 constexpr int kMergeLoads = 8;  // loads in flight per thread
-__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs a) {
+// A rows pass (kRows): block x is row z of the pass (row_view: its parts and output row).
+template <bool kRows>
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs a_in) {
+  const AttnArgs a = kRows ? row_view(a_in, blockIdx.x) : a_in;
   pdl_trigger();
   pdl_wait();
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   __shared__ __align__(16) float sums[kMergeThreads * 4];
-  const int t = blockIdx.x, j = blockIdx.y, D = a.head_dim, stride = part_stride(D);
+  const int t = kRows ? 0 : blockIdx.x, j = blockIdx.y, D = a.head_dim, stride = part_stride(D);
   const int dchunk = D / static_cast<int>(gridDim.z), nc = dchunk / 4, n_sg = kMergeThreads / nc;
   const int c = threadIdx.x % nc, sg = threadIdx.x / nc;
   const int d0 = blockIdx.z * dchunk;
@@ -102,7 +105,13 @@ void launch_attention_merge(const AttnArgs& a, int n, const CudaTuning& t, cudaS
   const int rule = a.n_splits > kMergeLoads * (kMergeThreads / (64 / 4)) ? 32 : 64;
   const int want = t.merge_chunk == 32 || t.merge_chunk == 64 ? t.merge_chunk : rule;
   const int dchunk = a.head_dim < want ? a.head_dim : want;
-  launch(attention_merge_kernel, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads, 0, s, a);
+  if (a.rows) {
+    launch(attention_merge_kernel<true>, dim3(a.n_rows, a.n_heads, a.head_dim / dchunk),
+           kMergeThreads, 0, s, a);
+  } else {
+    launch(attention_merge_kernel<false>, dim3(n, a.n_heads, a.head_dim / dchunk), kMergeThreads,
+           0, s, a);
+  }
 }
 
 }  // namespace gem::cuda

@@ -22,173 +22,343 @@
 #include "backend/cuda/ops.cuh"
 #include "base/log.h"
 
+// The CUDA backend's sequence slots (backend.h's batched calls): every layer's K/V cache holds
+// options().n_slots sequences one after another (slot s at s·DevLayer::slot_bytes), each with its
+// own n_past and checkpoint.
+//
+// eval_batch splits the rows into runs (a slot's consecutive rows). Runs of up to kRowsRunMax rows
+// — decode steps of many sequences, speculative verifications — go through the rows pass, which
+// computes every row exactly as its slot's decode step would: the decode products' arithmetic
+// (matmul_rows: each row's result bit-identical to matvec's, however many rows share the weight
+// pass), every row's K/V stored into its slot first, then the decode attention kernels with one
+// query per row over its own slot's cache, with the splits and form of the decode graph of its
+// position. A row's result therefore depends on nothing but its slot's cache and its token: a
+// batch of sequences gives each the tokens it gets alone, and a verification the decode step's
+// logits. Longer runs (prompts) go through the tile path of eval() on their own slot, one run at a
+// time, as eval() would evaluate them.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/matmul_n.cuh"
+#include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/ops.cuh"
+#include "backend/cuda/sample.cuh"
+#include "base/log.h"
+
 namespace gem::cuda {
 
-void CudaBackend::forward_runs(int n) {
+void CudaBackend::rows_pass(int n, bool head) {
+  // Group the rows by decode bucket (stable): one attention launch per group per layer.
+  std::vector<int> bucket(n);
+  for (int i = 0; i < n; ++i) bucket[i] = decode_bucket(rows_host_[i].pos0);
+  row_groups_.clear();
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return bucket[x] < bucket[y]; });
+  for (int j = 0; j < n; ++j) {
+    const int i = order[j];
+    rows_host_[rows_max_ + j] = rows_host_[i];
+    rows_host_[rows_max_ + j].row = i;
+    if (row_groups_.empty() || row_groups_.back().bucket != bucket[i]) {
+      row_groups_.push_back(RowGroup{bucket[i], j, 0});
+    }
+    ++row_groups_.back().n;
+  }
+  GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+  GEM_CUDA_CHECK(cudaMemcpyAsync(rows_dev_, rows_host_, 2 * rows_max_ * sizeof(cuda::RowParams),
+                                 cudaMemcpyHostToDevice, stream_));
+  if (profiler_ != nullptr) {
+    forward_rows(n, head);
+    return;
+  }
+  // The launches depend only on the buckets in pass order and the head: one graph per such key.
+  std::vector<int> key(order.size() + 1);
+  for (int j = 0; j < n; ++j) key[j] = bucket[order[j]];
+  key[n] = head ? 1 : 0;
+  auto it = rows_graphs_.find(key);
+  if (it == rows_graphs_.end()) {
+    if (rows_graphs_.size() >= 64) {
+      for (auto& [k, g] : rows_graphs_) cudaGraphExecDestroy(g);
+      rows_graphs_.clear();
+    }
+    cudaGraph_t graph = nullptr;
+    GEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    forward_rows(n, head);
+    GEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    GEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    it = rows_graphs_.emplace(std::move(key), exec).first;
+  }
+  GEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+void CudaBackend::forward_rows(int n, bool head) {
   const int E = cfg_.n_embd;
-  const bool small = n <= cuda::matmul_n_max();
+  if (profiler_ != nullptr) {
+    prof_marks_.clear();
+    prof_record(prof_events_[1]);  // the forward's start
+  }
   cuda::set_pdl(tuning_.pdl == cuda::PdlMode::kAll || tuning_.pdl == cuda::PdlMode::kPrefill);
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
-  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, small ? hq_ : Q8Act{}, stream_,
-                 tuning_);
+  mark(Stage::kEmbed, -1);
+  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, hq_, stream_, tuning_);
+  mark(Stage::kNorm, 0);
   for (int i = 0; i < cfg_.n_layers; ++i) {
-    layer_runs(model_.plan[i], layers_[i], n, i + 1 == cfg_.n_layers);
+    layer_rows(model_.plan[i], layers_[i], n, i + 1 == cfg_.n_layers);
+  }
+  if (head) {
+    cuda::matmul_rows(embd_, h_, hq_, n, logits_dev_, cfg_.final_logit_softcap, stream_, tuning_);
+    mark(Stage::kHead, -1);
   }
 }
 
-void CudaBackend::layer_runs(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
-  const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads, G = p.n_kv_heads;
+// layer_decode's work for n rows at once (the same kernels, or their rows forms).
+void CudaBackend::layer_rows(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
+  const int E = cfg_.n_embd, F = cfg_.n_ff, D = p.head_dim, H = p.n_heads, G = p.n_kv_heads;
   const float eps = cfg_.rms_eps;
   const cuda::CudaTuning& t = tuning_;
-  const bool small = n <= cuda::matmul_n_max();
-  if (small) {
-    cuda::matmul_n(L.qkv, h_, hq_, n, qkv_, 0.0f, stream_, t);
-  } else {
-    cuda::to_f16(h_, static_cast<int64_t>(n) * E, x16_, stream_);
-    gemm(L.qkv, x16_, n, qkv_);
-  }
-  const int64_t qkv_w = L.qkv.rows, q_w = static_cast<int64_t>(H) * D,
-                kv_w = static_cast<int64_t>(G) * D;
-  for (size_t r = 0; r < runs_.size(); ++r) {
-    const Run& run = runs_[r];
-    const int64_t o = run.row0;
-    const cuda::StepParams* sp = run_sp_dev_ + r;
-    cuda::qkv_prologue(qkv_ + o * qkv_w, run.n, H, G, D, p.v_from_k, L.q_norm, L.k_norm, eps,
-                       L.inv_freq, sp, q_ + o * q_w, k_ + o * kv_w, v_ + o * kv_w,
-                       cuda::KvDest{}, stream_);
-    // The run attends to its slot's cache and its own K/V, then stores them (a ring may
-    // overwrite slots the run still reads); a later run of the same slot sees them.
-    cuda::AttnArgs a{q_ + o * q_w, k_ + o * kv_w, v_ + o * kv_w, k_of(L, run.slot),
-                     v_of(L, run.slot), L.kv_f16, L.ring, L.n_slots, run.n, H, G, D, p.window,
-                     splits_for(L, run.n), sp, part_, att_ + o * q_w, Q8Act{}};
+  cuda::matmul_rows(L.qkv, h_, hq_, n, qkv_, 0.0f, stream_, t);
+  mark(Stage::kQkv, p.layer);
+  // Every row's K/V into its slot first: a row then reads its own key from the cache, as the
+  // decode step does. Rows of one slot (at most kRowsRunMax, below model::kRingSpare + 1) never
+  // overwrite a ring slot another row of that slot still sees.
+  const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, rows_dev_,
+                          L.slot_bytes};
+  cuda::qkv_prologue(qkv_, n, H, G, D, p.v_from_k, L.q_norm, L.k_norm, eps, L.inv_freq, nullptr,
+                     q_, k_, v_, dest, stream_);
+  mark(Stage::kRope, p.layer);
+  for (const RowGroup& grp : row_groups_) {
+    cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, H, G, D,
+                     p.window, bucket_splits(p, L, grp.bucket), nullptr, part_, att_, attq_};
+    a.tile_in_cache = true;
+    a.max_keys = bucket_keys(L, grp.bucket);
+    if (L.kv_shared) a.k_shared_w = L.k_norm;
+    a.rows = rows_dev_ + rows_max_ + grp.offset;
+    a.n_rows = grp.n;
+    a.slot_bytes = L.slot_bytes;
     cuda::attention(a, stream_, t);
-    cuda::kv_store(k_ + o * kv_w, v_ + o * kv_w, run.n, G, D, L.kv_f16, L.ring, L.n_slots, sp,
-                   k_of(L, run.slot), v_of(L, run.slot), stream_);
   }
-  if (small) {
-    if (cuda::matmul_n_reads_q8(L.wo, n)) cuda::quantize_q8(att_, n, H * D, attq_, stream_);
-    cuda::matmul_n(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kAttention, p.layer);
+  cuda::matmul_rows(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kAttnOut, p.layer);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t);
+  mark(Stage::kEpilogue, p.layer);
+  if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
+    cuda::matmul_rows_gated(L.gate, L.up, hq_, n, g_, stream_, t);
+    mark(Stage::kFfnGateUp, p.layer);
   } else {
-    cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
-    gemm(L.wo, x16_, n, a_);
+    // layer_decode's separate products, row by row into gu's [n, 2F] gate|up rows.
+    for (int r = 0; r < n; ++r) {
+      const Q8Act hr{hq_.q + static_cast<int64_t>(r) * E, hq_.ds + static_cast<int64_t>(r) * E / 32};
+      float* gur = gu_ + static_cast<int64_t>(r) * 2 * F;
+      cuda::matmul_rows(L.gate, h_ + static_cast<int64_t>(r) * E, hr, 1, gur, 0.0f, stream_, t);
+      cuda::matmul_rows(L.up, h_ + static_cast<int64_t>(r) * E, hr, 1, gur + F, 0.0f, stream_, t);
+    }
+    mark(Stage::kFfnGateUp, p.layer);
+    cuda::gelu_mul(gu_, n, F, g_, stream_);
+    mark(Stage::kGelu, p.layer);
   }
-  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, small ? hq_ : Q8Act{},
-                      stream_, t);
-  ffn_block(p, L, n, last, small);
+  if (L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0) {
+    cuda::quantize_q8(g_, n, F, gq_, stream_);
+    mark(Stage::kGelu, p.layer);
+  }
+  cuda::matmul_rows(L.down, g_, gq_, n, a_, 0.0f, stream_, t);
+  mark(Stage::kFfnDown, p.layer);
+  const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
+  cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_, hq_,
+                            stream_, t);
+  mark(Stage::kEpilogue, p.layer);
+}
+
+Status CudaBackend::eval_run(int slot, std::span<const BatchRow> rows, std::span<const int> rank) {
+  const int V = cfg_.n_vocab, n_total = static_cast<int>(rows.size());
+  tile_slot_ = slot;
+  for (int done = 0; done < n_total;) {
+    const int n = std::min(T_, n_total - done);
+    step_host_[0] = past_[slot];
+    for (int i = 0; i < n; ++i) step_host_[1 + i] = rows[done + i].token;
+    if (n <= kRowsRunMax && rows_ok_) {
+      // A short tail: as a rows pass (the tile path's decode kernels are slot 0's graphs).
+      for (int i = 0; i < n; ++i) rows_host_[i] = cuda::RowParams{past_[slot] + i, slot, i, 0};
+      bool any = false;
+      for (int i = 0; i < n; ++i) any = any || rank[done + i] >= 0;
+      rows_pass(n, any);
+      for (int i = 0; i < n; ++i) {
+        if (rank[done + i] < 0) continue;
+        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(rank[done + i]) * V,
+                                       logits_dev_ + static_cast<size_t>(i) * V, V * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+      }
+    } else {
+      GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+      capture_bucket_ = decode_bucket(past_[slot]);  // a one-token tile's eager decode splits
+      forward_tile(n, false);
+      for (int i = 0; i < n; ++i) {
+        if (rank[done + i] < 0) continue;
+        head_row(i);
+        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(rank[done + i]) * V,
+                                       logits_dev_, V * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream_));
+      }
+    }
+    // One synchronisation per tile: the pinned step buffers are reused by the next.
+    GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    past_[slot] += n;
+    done += n;
+  }
+  tile_slot_ = 0;
+  return ok_status();
 }
 
 Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   const int V = cfg_.n_vocab;
   GEM_RETURN_IF_ERROR(validate_batch(rows, V, &batch_ends_));
   const int n_total = static_cast<int>(rows.size());
+  std::vector<int> rank(n_total, -1);
   int wanted = 0;
-  bool one_run = true;  // slot 0's rows only (in order, as validated): eval() serves them
   for (int i = 0; i < n_total; ++i) {
-    wanted += rows[i].logits ? 1 : 0;
-    one_run = one_run && rows[i].slot == 0;
+    if (rows[i].logits) rank[i] = wanted++;
   }
-  if (one_run) {
-    std::vector<int32_t> tokens(n_total);
-    std::vector<int> keep;
-    for (int i = 0; i < n_total; ++i) {
-      tokens[i] = rows[i].token;
-      if (rows[i].logits) keep.push_back(i);
-    }
-    const bool all = wanted > 1 || (wanted == 1 && keep[0] != n_total - 1);
-    GEM_RETURN_IF_ERROR(eval(tokens, all, TileCallback{}));
-    // logits_host_ holds every row (all) or the last one: keep the wanted ones, in order.
-    std::vector<float> kept(static_cast<size_t>(wanted) * V);
-    for (int k = 0; k < wanted; ++k) {
-      const std::span<const float> row = logits(all ? keep[k] : -1);
-      std::copy(row.begin(), row.end(), kept.begin() + static_cast<size_t>(k) * V);
-    }
-    logits_host_ = std::move(kept);
-    logits_rows_ = 0;
-    logits_pending_ = false;
-    batch_rows_ = wanted;
-    return ok_status();
-  }
-
   logits_rows_ = 0;
   logits_pending_ = false;
   batch_rows_ = 0;
   logits_host_.assign(static_cast<size_t>(wanted) * V, 0.0f);
-  int out = 0;
-  for (int done = 0; done < n_total;) {
-    const int n = std::min(T_, n_total - done);
-    runs_.clear();
-    for (int i = 0; i < n; ++i) {
-      const BatchRow& r = rows[done + i];
-      step_host_[1 + i] = r.token;
-      if (!runs_.empty() && runs_.back().slot == r.slot && runs_.back().pos0 + runs_.back().n == r.pos) {
-        ++runs_.back().n;
-      } else {
-        runs_.push_back(Run{r.slot, r.pos, i, 1});
-      }
-    }
-    step_host_[0] = runs_[0].pos0;
-    for (size_t r = 0; r < runs_.size(); ++r) run_sp_host_[r].pos0 = runs_[r].pos0;
-    GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(run_sp_dev_, run_sp_host_, runs_.size() * sizeof(cuda::StepParams),
-                                   cudaMemcpyHostToDevice, stream_));
-    int here = 0;
-    for (int i = 0; i < n; ++i) here += rows[done + i].logits ? 1 : 0;
-    const bool decode_shaped = here == n && n <= cuda::matmul_n_max() && profiler_ == nullptr &&
-                               static_cast<int>(runs_.size()) == n;
-    if (decode_shaped) {
-      // One row per run: a graph per slot order, replayed (captured the first time).
-      std::vector<int> key(n);
-      for (int i = 0; i < n; ++i) key[i] = runs_[i].slot;
-      auto it = batch_graphs_.find(key);
-      if (it == batch_graphs_.end()) {
-        if (batch_graphs_.size() >= 64) {
-          for (auto& [slots, g] : batch_graphs_) cudaGraphExecDestroy(g);
-          batch_graphs_.clear();
-        }
-        cudaGraph_t graph = nullptr;
-        GEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        forward_runs(n);
-        head_rows(n);
-        GEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        cudaGraphExec_t exec = nullptr;
-        GEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaGraphDestroy(graph);
-        it = batch_graphs_.emplace(std::move(key), exec).first;
-      }
-      GEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  batch_dev_row_.assign(wanted, -1);
+  batch_on_host_.assign(wanted, 1);
+
+  // Runs: a slot's consecutive rows.
+  struct Run {
+    int row0 = 0;
+    int n = 0;
+  };
+  std::vector<Run> runs;
+  for (int i = 0; i < n_total; ++i) {
+    if (!runs.empty() && rows[i].slot == rows[runs.back().row0].slot &&
+        rows[runs.back().row0].pos + runs.back().n == rows[i].pos) {
+      ++runs.back().n;
     } else {
-      forward_runs(n);
+      runs.push_back(Run{i, 1});
     }
-    if (here == n && n <= cuda::matmul_n_max()) {
-      if (!decode_shaped) head_rows(n);
-      GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(out) * V, logits_dev_,
-                                     static_cast<size_t>(n) * V * sizeof(float),
-                                     cudaMemcpyDeviceToHost, stream_));
-      out += n;
-    } else {
-      for (int i = 0; i < n; ++i) {
-        if (!rows[done + i].logits) continue;
-        head_row(i);
-        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(out) * V,
-                                       logits_dev_, V * sizeof(float), cudaMemcpyDeviceToHost,
-                                       stream_));
-        ++out;
-      }
-    }
-    // One synchronisation per tile: the pinned step buffers are reused by the next.
-    GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (const Run& r : runs_) past_[r.slot] = r.pos0 + r.n;
-    done += n;
   }
-  batch_rows_ = out;
+  // Short runs gather into rows passes (flushed when full, or before a long run of one of their
+  // slots); long runs go through the tile path on their own. Only the last operation's logits
+  // may stay on the device until read.
+  std::vector<int> pending;  // batch rows of the pass being gathered
+  auto flush = [&](bool final_op) -> Status {
+    if (pending.empty()) return ok_status();
+    const int n = static_cast<int>(pending.size());
+    bool any = false;
+    for (int j = 0; j < n; ++j) {
+      const BatchRow& r = rows[pending[j]];
+      step_host_[1 + j] = r.token;
+      rows_host_[j] = cuda::RowParams{r.pos, r.slot, j, 0};
+      any = any || r.logits;
+    }
+    rows_pass(n, any);
+    for (int j = 0; j < n; ++j) {
+      const int k = rank[pending[j]];
+      if (k < 0) continue;
+      if (final_op) {
+        batch_dev_row_[k] = j;
+        batch_on_host_[k] = 0;
+      } else {
+        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(k) * V,
+                                       logits_dev_ + static_cast<size_t>(j) * V, V * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+      }
+    }
+    GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int i : pending) past_[rows[i].slot] = std::max(past_[rows[i].slot], rows[i].pos + 1);
+    pending.clear();
+    return ok_status();
+  };
+  for (size_t ri = 0; ri < runs.size(); ++ri) {
+    const Run& run = runs[ri];
+    const int slot = rows[run.row0].slot;
+    if (run.n <= kRowsRunMax && rows_ok_) {
+      if (static_cast<int>(pending.size()) + run.n > rows_max_) GEM_RETURN_IF_ERROR(flush(false));
+      for (int i = run.row0; i < run.row0 + run.n; ++i) pending.push_back(i);
+      continue;
+    }
+    GEM_RETURN_IF_ERROR(flush(false));  // keeps every slot's rows in order
+    GEM_RETURN_IF_ERROR(eval_run(slot, rows.subspan(run.row0, run.n),
+                                 std::span<const int>(rank).subspan(run.row0, run.n)));
+  }
+  GEM_RETURN_IF_ERROR(flush(true));
+  batch_rows_ = wanted;
   return ok_status();
 }
 
 std::span<const float> CudaBackend::batch_logits(int i) {
   if (i < 0 || i >= batch_rows_) return {};
-  return {logits_host_.data() + static_cast<size_t>(i) * cfg_.n_vocab,
-          static_cast<size_t>(cfg_.n_vocab)};
+  const size_t V = static_cast<size_t>(cfg_.n_vocab);
+  if (!batch_on_host_[i]) {
+    GEM_CUDA_CHECK(cudaMemcpy(logits_host_.data() + i * V, logits_dev_ + batch_dev_row_[i] * V,
+                              V * sizeof(float), cudaMemcpyDeviceToHost));
+    batch_on_host_[i] = 1;
+  }
+  return {logits_host_.data() + i * V, V};
+}
+
+// Device sampling of the rows of the last eval_batch still on the device: one launch per row, one
+// copy of the picks, one synchronisation. Rows whose parameters the device sampler does not take
+// (sample()'s rule) or whose logits went to the host are left to the caller.
+std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const BatchSample> reqs) {
+  std::vector<std::optional<int32_t>> out(reqs.size());
+  const int V = cfg_.n_vocab;
+  std::vector<int> launched;
+  for (size_t i = 0; i < reqs.size() && static_cast<int>(i) < batch_rows_; ++i) {
+    if (batch_on_host_[i] || reqs[i].params == nullptr) continue;
+    const SamplingParams& params = *reqs[i].params;
+    const bool greedy = params.temperature <= 0.0f;
+    if (!greedy && (params.top_k < 1 || params.top_k > cuda::kMaxTopK)) continue;
+    const bool any = params.repeat_penalty != 1.0f || params.frequency_penalty != 0.0f ||
+                     params.presence_penalty != 0.0f;
+    const std::span<const int32_t> history = reqs[i].history;
+    size_t n_hist = 0;
+    if (any && params.repeat_last_n != 0) {
+      n_hist = history.size();
+      if (params.repeat_last_n > 0) n_hist = std::min(n_hist, static_cast<size_t>(params.repeat_last_n));
+    }
+    if (n_hist > 256) continue;
+    const int k = static_cast<int>(launched.size());
+    int32_t* hist_host = pinned_batch_ + rows_max_ + static_cast<size_t>(k) * 256;
+    int32_t* hist_dev = hists_dev_ + static_cast<size_t>(k) * 256;
+    std::memcpy(hist_host, history.data() + (history.size() - n_hist), n_hist * sizeof(int32_t));
+    if (n_hist > 0) {
+      GEM_CUDA_CHECK(cudaMemcpyAsync(hist_dev, hist_host, n_hist * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+    }
+    const cuda::PenaltyArgs pen{hist_dev, static_cast<int>(n_hist), params.repeat_penalty,
+                                params.presence_penalty, params.frequency_penalty};
+    const float* logits = logits_dev_ + static_cast<size_t>(batch_dev_row_[i]) * V;
+    if (greedy) {
+      cuda::argmax_penalized(logits, V, pen, sample_outs_dev_ + k, sample_scratch_, stream_);
+    } else {
+      const cuda::DrawArgs draw{params.top_k, params.top_p, params.min_p, params.temperature,
+                                reqs[i].coin};
+      cuda::sample_top_k(logits, V, pen, draw, sample_outs_dev_ + k, sample_scratch_, stream_);
+    }
+    launched.push_back(static_cast<int>(i));
+  }
+  if (launched.empty()) return out;
+  GEM_CUDA_CHECK(cudaMemcpyAsync(pinned_batch_, sample_outs_dev_, launched.size() * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream_));
+  GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t k = 0; k < launched.size(); ++k) out[launched[k]] = pinned_batch_[k];
+  return out;
 }
 
 // Allocation failures of the journal lose the cache, never correctness: the checkpoint is

@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
   Status slot_fork(int src, int dst) override;
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
+  std::vector<std::optional<int32_t>> sample_batch(std::span<const BatchSample> reqs) override;
   Status set_stage_profiler(StageProfiler* profiler) override;
 
  private:
@@ -92,10 +93,17 @@ class CudaBackend final : public Backend {
   void forward_tile(int n, bool want_head);
   void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
   void layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
-  // eval_batch's forward (batch_cuda.cu): the products over all n rows, RoPE, attention and the
-  // K/V store per run of one slot's consecutive rows (runs_, their positions in run_sp_dev_).
-  void forward_runs(int n);
-  void layer_runs(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  // The rows pass (batch_cuda.cu): n rows (rows_host_[0..n): slot, position; tokens in
+  // step_host_[1..n]) each computed exactly as its slot's decode step computes it — the decode
+  // products' arithmetic (matmul_rows), every row's K/V stored into its slot first, then the
+  // decode attention per row over its slot's cache with the splits and form of its position's
+  // decode graph. Enqueued, not synchronised; with `head`, every row's logits in logits_dev_.
+  void rows_pass(int n, bool head);
+  void forward_rows(int n, bool head);
+  void layer_rows(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  // One slot's run of tokens through the tile path (eval_batch's long runs), rows kept at their
+  // logit ranks in logits_host_ (rank[i] < 0: not kept).
+  Status eval_run(int slot, std::span<const BatchRow> rows, std::span<const int> rank);
   void ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last, bool small);
   void* k_of(const DevLayer& L, int slot) const {
     return static_cast<char*>(L.k_cache) + static_cast<size_t>(slot) * L.slot_bytes;
@@ -110,6 +118,8 @@ class CudaBackend final : public Backend {
   int splits_for(const DevLayer& L, int n) const;
   int decode_splits(const model::LayerPlan& p, const DevLayer& L) const;
   int64_t decode_keys(const DevLayer& L) const;
+  int bucket_splits(const model::LayerPlan& p, const DevLayer& L, int bucket) const;
+  int64_t bucket_keys(const DevLayer& L, int bucket) const;
   int decode_bucket(int pos) const;
   void head_row(int row);
   void head_rows(int n);  // rows 0..n-1 into logits_dev_ [n, V] (n ≤ matmul_n_max())
@@ -176,6 +186,10 @@ class CudaBackend final : public Backend {
   std::vector<float> logits_host_;  // [rows, V]
   int logits_rows_ = 0;
   bool logits_pending_ = false;     // last row still only on the device
+  const float* logits_last_dev_ = nullptr;  // that row (logits_dev_ or a row of a rows pass)
+  // The slot the tile path (forward_tile and its layers) reads and writes: 0 for eval(), a long
+  // run's slot in eval_batch. The decode graphs are slot 0's.
+  int tile_slot_ = 0;
 
   // Stage profiling. Events: [0] before the step's upload, [1] at the forward's start, then one
   // per mark. A decode step replays its own graph per bucket, captured with the marks (as record
@@ -203,22 +217,35 @@ class CudaBackend final : public Backend {
   };
   std::vector<Checkpoint> ckpt_;
 
-  // eval_batch: the tile's runs, their StepParams (pinned mirror), the logit rows kept.
-  struct Run {
-    int slot = 0;
-    int pos0 = 0;
-    int row0 = 0;
+  // The rows pass. Rows of one pass: at most rows_max_ (its attention parts are sized for
+  // them); eval() takes tiles of 2 to kRowsEvalMax tokens through it, eval_batch every slot's
+  // runs of at most kRowsRunMax rows (decode steps, speculative verifications).
+  static constexpr int kRowsEvalMax = 8;
+  static constexpr int kRowsRunMax = 16;
+  int rows_max_ = 0;
+  bool rows_ok_ = false;  // every layer's attention takes the decode kernels (else: tile path)
+  // [2·rows_max_]: the pass's rows in order, then grouped by decode bucket (the attention's).
+  cuda::RowParams* rows_dev_ = nullptr;
+  cuda::RowParams* rows_host_ = nullptr;  // pinned
+  struct RowGroup {
+    int bucket = 0;
+    int offset = 0;  // into the grouped half
     int n = 0;
   };
-  std::vector<Run> runs_;
-  cuda::StepParams* run_sp_dev_ = nullptr;   // [T]
-  cuda::StepParams* run_sp_host_ = nullptr;  // [T] pinned
+  std::vector<RowGroup> row_groups_;
+  // Captured rows passes, keyed by their rows' decode buckets (and whether the head runs, as a
+  // last element): the launches depend only on these; slots, positions and tokens are read
+  // from rows_dev_ and step_dev_.
+  std::map<std::vector<int>, cudaGraphExec_t> rows_graphs_;
   std::vector<int> batch_ends_;
-  // Captured graphs of decode-shaped batches (one row per slot, every row's logits), keyed by
-  // the slots in row order: the launches depend only on them, positions and tokens are read
-  // from run_sp_dev_ and step_dev_.
-  std::map<std::vector<int>, cudaGraphExec_t> batch_graphs_;
-  int batch_rows_ = 0;  // logit rows of the last eval_batch, in logits_host_
+  int batch_rows_ = 0;  // logit rows of the last eval_batch
+  // Where batch_logits(i) is: on the host (logits_host_ row i, once batch_on_host_[i]) or, for
+  // the rows of a final rows pass, still in logits_dev_ row batch_dev_row_[i] (copied when read).
+  std::vector<int> batch_dev_row_;
+  std::vector<char> batch_on_host_;
+  int32_t* sample_outs_dev_ = nullptr;  // [rows_max_] sample_batch's picks
+  int32_t* hists_dev_ = nullptr;        // [rows_max_, 256] their penalty windows
+  int32_t* pinned_batch_ = nullptr;     // pinned: [rows_max_] picks, then [rows_max_, 256] windows
 };
 
 // Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are

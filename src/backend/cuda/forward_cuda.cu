@@ -37,7 +37,7 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : decode_graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }
-  for (auto& [slots, g] : batch_graphs_) cudaGraphExecDestroy(g);
+  for (auto& [key, g] : rows_graphs_) cudaGraphExecDestroy(g);
   for (cudaGraphExec_t g : prof_graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }
@@ -51,7 +51,8 @@ CudaBackend::~CudaBackend() {
     }
   }
   if (step_host_) cudaFreeHost(step_host_);
-  if (run_sp_host_) cudaFreeHost(run_sp_host_);
+  if (rows_host_) cudaFreeHost(rows_host_);
+  if (pinned_batch_) cudaFreeHost(pinned_batch_);
   if (pinned_small_) cudaFreeHost(pinned_small_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -90,17 +91,24 @@ int CudaBackend::decode_bucket(int pos) const {
   return k;
 }
 
-// The most keys a layer's decode attention can see in the bucket being captured.
-int64_t CudaBackend::decode_keys(const DevLayer& L) const {
+// The most keys a layer's decode attention can see in bucket k.
+int64_t CudaBackend::bucket_keys(const DevLayer& L, int k) const {
   if (!tuning_.decode_buckets) return L.n_slots;
-  return std::min<int64_t>(static_cast<int64_t>(tuning_.decode_bucket_min) << capture_bucket_,
-                           L.n_slots);
+  return std::min<int64_t>(static_cast<int64_t>(tuning_.decode_bucket_min) << k, L.n_slots);
 }
 
-// The decode splits of a layer in the bucket being captured: those of the keys it can hold.
-int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
+// The decode splits of a layer in bucket k: those of the keys it can hold.
+int CudaBackend::bucket_splits(const model::LayerPlan& p, const DevLayer& L, int k) const {
   if (!tuning_.decode_buckets) return L.n_splits_decode;
-  return decode_splits_for(decode_keys(L), p.n_kv_heads, n_sm_, tuning_.splits_per_sm);
+  return decode_splits_for(bucket_keys(L, k), p.n_kv_heads, n_sm_, tuning_.splits_per_sm);
+}
+
+// The same for the bucket being captured.
+int64_t CudaBackend::decode_keys(const DevLayer& L) const {
+  return bucket_keys(L, capture_bucket_);
+}
+int CudaBackend::decode_splits(const model::LayerPlan& p, const DevLayer& L) const {
+  return bucket_splits(p, L, capture_bucket_);
 }
 
 int CudaBackend::splits_for(const DevLayer& L, int n) const {
@@ -173,12 +181,27 @@ Status CudaBackend::init() {
   // ---- scratch ----
   const size_t T = static_cast<size_t>(T_);
   const int max_cols = std::max({E, F, H * max_dim});
+  // The rows pass: up to 32 rows (the batched decode of 32 sequences), each with the parts of
+  // its decode splits; it needs every layer's attention on the decode kernels.
+  rows_max_ = std::min(T_, 32);
+  rows_ok_ = true;
   size_t part_floats = 0;
-  for (const DevLayer& L : layers_) {
+  for (int i = 0; i < cfg_.n_layers; ++i) {
+    const model::LayerPlan& p = model_.plan[i];
+    const DevLayer& L = layers_[i];
     for (int n = 1; n <= T_; ++n) {
       part_floats = std::max(part_floats,
                              cuda::attention_part_floats(n, H, max_dim, splits_for(L, n)));
     }
+    part_floats = std::max(part_floats, cuda::attention_part_floats(rows_max_, H, max_dim,
+                                                                     L.n_splits_decode));
+    cuda::AttnArgs probe{};
+    probe.n = 1;
+    probe.tile_in_cache = true;
+    probe.n_heads = p.n_heads;
+    probe.n_kv = p.n_kv_heads;
+    probe.head_dim = p.head_dim;
+    rows_ok_ = rows_ok_ && cuda::attention_decode_supported(probe);
   }
   auto f = [&](size_t count) { return static_cast<float*>(dev_alloc(count * sizeof(float))); };
   auto q8 = [&](size_t cols) {
@@ -188,7 +211,9 @@ Status CudaBackend::init() {
     return a;
   };
   step_dev_ = static_cast<int32_t*>(dev_alloc((1 + T) * sizeof(int32_t)));
-  run_sp_dev_ = static_cast<cuda::StepParams*>(dev_alloc(T * sizeof(cuda::StepParams)));
+  rows_dev_ = static_cast<cuda::RowParams*>(dev_alloc(2 * rows_max_ * sizeof(cuda::RowParams)));
+  sample_outs_dev_ = static_cast<int32_t*>(dev_alloc(rows_max_ * sizeof(int32_t)));
+  hists_dev_ = static_cast<int32_t*>(dev_alloc(static_cast<size_t>(rows_max_) * 256 * sizeof(int32_t)));
   x_ = f(T * E);
   h_ = f(T * E);
   hq_ = q8(E);
@@ -231,7 +256,8 @@ Status CudaBackend::init() {
     return errorf("cuda: out of device memory for scratch buffers (tile %d)", T_);
   }
   GEM_CUDA_CHECK(cudaMallocHost(&step_host_, (1 + T) * sizeof(int32_t)));
-  GEM_CUDA_CHECK(cudaMallocHost(&run_sp_host_, T * sizeof(cuda::StepParams)));
+  GEM_CUDA_CHECK(cudaMallocHost(&rows_host_, 2 * rows_max_ * sizeof(cuda::RowParams)));
+  GEM_CUDA_CHECK(cudaMallocHost(&pinned_batch_, static_cast<size_t>(rows_max_) * 257 * sizeof(int32_t)));
   GEM_CUDA_CHECK(cudaMallocHost(&pinned_small_, 257 * sizeof(int32_t)));
   GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions%s",
                static_cast<double>(weight_bytes_) / 1e9, timer.seconds(),
@@ -267,7 +293,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
   cuda::matvec(L.qkv, h_, hq_, 1, qkv_, 0.0f, stream_, t);
   mark(Stage::kQkv, p.layer);
-  cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
+  cuda::AttnArgs a{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots, 1, p.n_heads,
                    p.n_kv_heads, D, p.window, decode_splits(p, L), sp, part_, att_, attq_};
   a.tile_in_cache = true;
   a.max_keys = decode_keys(L);
@@ -276,7 +302,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   if (L.kv_shared) a.k_shared_w = L.k_norm;
   if (cuda::attention_decode_supported(a)) {
     // The prologue stores the token's K/V; the decode kernel then reads every key from the cache.
-    const cuda::KvDest dest{L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots};
+    const cuda::KvDest dest{k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots};
     cuda::qkv_prologue(qkv_, 1, p.n_heads, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                        L.inv_freq, sp, q_, k_, v_, dest, stream_);
     mark(Stage::kRope, p.layer);
@@ -289,8 +315,8 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
     mark(Stage::kRope, p.layer);
     cuda::attention(a, stream_, t);
     mark(Stage::kAttention, p.layer);
-    cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
-                   L.v_cache, stream_);
+    cuda::kv_store(k_, v_, 1, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, k_of(L, tile_slot_),
+                   v_of(L, tile_slot_), stream_);
     mark(Stage::kKvWrite, p.layer);
   }
   cuda::matvec(L.wo, att_, attq_, 1, a_, 0.0f, stream_, t);
@@ -339,12 +365,12 @@ void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int 
   mark(Stage::kRope, p.layer);
   // The rows attend to the cache and to their own K/V; stored after (a ring may overwrite slots
   // the rows still read).
-  cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
+  cuda::AttnArgs a{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots, n, H,
                    p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
   cuda::attention(a, stream_, t);
   mark(Stage::kAttention, p.layer);
-  cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
-                 L.v_cache, stream_);
+  cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, k_of(L, tile_slot_),
+                 v_of(L, tile_slot_), stream_);
   mark(Stage::kKvWrite, p.layer);
   if (cuda::matmul_n_reads_q8(L.wo, n)) cuda::quantize_q8(att_, n, H * D, attq_, stream_);
   cuda::matmul_n(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
@@ -422,23 +448,23 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
                      L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
   mark(Stage::kRope, p.layer);
   auto store = [&] {
-    cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, L.k_cache,
-                   L.v_cache, stream_);
+    cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, k_of(L, tile_slot_),
+                   v_of(L, tile_slot_), stream_);
     mark(Stage::kKvWrite, p.layer);
   };
   if (n >= kGemmAttnMin && prefill_scratch_) {
     // Tensor-core attention; a full layer reads the tile's keys from the cache (stored first), a
     // ring layer from the tile (stored after: the tile may overwrite slots it still needs).
     if (!L.ring) store();
-    const cuda::PrefillAttnArgs pa{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring,
-                                   L.n_slots, past_[0], n, T_, H, p.n_kv_heads, D,
+    const cuda::PrefillAttnArgs pa{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring,
+                                   L.n_slots, past_[tile_slot_], n, T_, H, p.n_kv_heads, D,
                                    L.ring ? p.window : 0, x16_, prefill_scratch_,
                                    prefill_scratch_bytes_};
     cuda::attention_prefill(pa, cublas_, stream_);
     mark(Stage::kAttention, p.layer);
     if (L.ring) store();
   } else {
-    cuda::AttnArgs a{q_, k_, v_, L.k_cache, L.v_cache, L.kv_f16, L.ring, L.n_slots, n, H,
+    cuda::AttnArgs a{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots, n, H,
                      p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
     cuda::attention(a, stream_, tuning_);
     mark(Stage::kAttention, p.layer);
@@ -529,19 +555,32 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
       return errorf("cuda eval: token id %d outside the vocabulary [0, %d)", t, cfg_.n_vocab);
     }
   }
+  const int V = cfg_.n_vocab;
   logits_rows_ = all_logits ? n_total : 1;
   batch_rows_ = 0;
-  logits_host_.assign(static_cast<size_t>(logits_rows_) * cfg_.n_vocab, 0.0f);
+  logits_host_.assign(static_cast<size_t>(logits_rows_) * V, 0.0f);
   logits_pending_ = false;
+  logits_last_dev_ = logits_dev_;
+  tile_slot_ = 0;
   for (int done = 0; done < n_total;) {
     const int n = std::min(T_, n_total - done);
     const bool last_tile = done + n == n_total;
+    // Short tiles go through the rows pass: each row computed as its decode step would be.
+    const bool rows = n > 1 && n <= kRowsEvalMax && rows_ok_;
     step_host_[0] = past_[0];
     std::memcpy(step_host_ + 1, tokens.data() + done, n * sizeof(int32_t));
     if (profiler_ != nullptr) GEM_CUDA_CHECK(cudaEventRecord(prof_events_[0], stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream_));
-    if (n == 1 && profiler_ != nullptr) {
+    if (rows) {
+      for (int i = 0; i < n; ++i) rows_host_[i] = cuda::RowParams{past_[0] + i, 0, i, 0};
+      rows_pass(n, all_logits || last_tile);
+      if (profiler_ != nullptr) prof_step_marks_ = &prof_marks_;
+    } else {
+      GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+    }
+    if (rows) {
+      // rows_pass computed the head of every row.
+    } else if (n == 1 && profiler_ != nullptr) {
       prof_decode();
     } else if (n == 1) {
       const int k = decode_bucket(past_[0]);
@@ -567,18 +606,24 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
       forward_tile(n, last_tile && !all_logits);
       prof_step_marks_ = &prof_marks_;
     }
-    if (all_logits && n > 1 && n <= cuda::matmul_n_max()) {
+    if (rows && all_logits) {
+      GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * V,
+                                     logits_dev_, static_cast<size_t>(n) * V * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_));
+    } else if (rows) {
+      if (last_tile) logits_last_dev_ = logits_dev_ + static_cast<size_t>(n - 1) * V;
+    } else if (all_logits && n > 1 && n <= cuda::matmul_n_max()) {
       head_rows(n);
       mark(Stage::kHead, -1);
-      GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * cfg_.n_vocab,
-                                     logits_dev_, static_cast<size_t>(n) * cfg_.n_vocab * sizeof(float),
+      GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * V,
+                                     logits_dev_, static_cast<size_t>(n) * V * sizeof(float),
                                      cudaMemcpyDeviceToHost, stream_));
     } else if (all_logits) {
       for (int t = 0; t < n; ++t) {
         if (n > 1) head_row(t);
-        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done + t) * cfg_.n_vocab,
-                                       logits_dev_, cfg_.n_vocab * sizeof(float),
-                                       cudaMemcpyDeviceToHost, stream_));
+        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done + t) * V,
+                                       logits_dev_, V * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream_));
       }
     }
     // One synchronisation per tile: the step parameters' pinned buffer is reused next tile.
@@ -599,8 +644,8 @@ std::span<const float> CudaBackend::logits(int row) {
   if (row < 0) row = logits_rows_ - 1;
   if (row >= logits_rows_) return {};
   if (logits_pending_) {
-    GEM_CUDA_CHECK(cudaMemcpy(logits_host_.data(), logits_dev_, cfg_.n_vocab * sizeof(float),
-                              cudaMemcpyDeviceToHost));
+    GEM_CUDA_CHECK(cudaMemcpy(logits_host_.data(), logits_last_dev_,
+                              cfg_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost));
     logits_pending_ = false;
   }
   return std::span<const float>(logits_host_.data() + static_cast<size_t>(row) * cfg_.n_vocab,
@@ -622,7 +667,7 @@ std::optional<int32_t> CudaBackend::sample(const SamplingParams& params,
     if (params.repeat_last_n > 0) n_hist = std::min(n_hist, static_cast<size_t>(params.repeat_last_n));
   }
   if (n_hist > 256) return std::nullopt;
-  const float* logits = logits_dev_;
+  const float* logits = logits_last_dev_;
   if (logits_rows_ > 1) return std::nullopt;  // all-logits evals keep rows on the host only
   std::memcpy(pinned_small_ + 1, history.data() + (history.size() - n_hist),
               n_hist * sizeof(int32_t));

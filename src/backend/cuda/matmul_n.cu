@@ -189,6 +189,43 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
   matmul_n_variant({}, gate, &up, x, xq, n, g, 0.0f, s, t);
 }
 
+namespace {
+
+// The rows pass's dp4a form: as choose() up to 4 rows; eight rows a warp from 5 (each token's
+// activations re-read by a quarter as many warps).
+int rows_form(const DevMatrix& w, int n, bool gated) {
+  if (n <= 2) return !gated && w.type == WType::kQ4_0 && w.rows >= kDp4aWideMinRows ? 1 : 0;
+  if (n <= 4 || gated) return 1;
+  return 2;
+}
+
+}  // namespace
+
+void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
+                 cudaStream_t s, const CudaTuning& t) {
+  if (n == 1 || !split_type(w.type)) {
+    matvec(w, x, xq, n, y, cap, s, t);  // the decode kernel (over n tokens for Q6_K and F32)
+    return;
+  }
+  mmn::NArgs a = args_of(w, nullptr, x, xq, n, y, cap, t);
+  a.form = rows_form(w, std::min(n, mmn::kDp4aMaxN), false);
+  run(MatmulNKernel::kDp4a, 0, a, s);
+}
+
+void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                       cudaStream_t s, const CudaTuning& t) {
+  GEM_CHECK(gate.type == WType::kQ4_0 && up.type == WType::kQ4_0 && up.rows == gate.rows &&
+                up.cols == gate.cols,
+            "matmul_rows_gated: gate and up must be Q4_0 of one shape");
+  if (n == 1) {
+    matvec_gated(gate, up, xq, 1, g, s, t);
+    return;
+  }
+  mmn::NArgs a = args_of(gate, &up, nullptr, xq, n, g, 0.0f, t);
+  a.form = rows_form(gate, std::min(n, mmn::kDp4aMaxN), true);
+  run(MatmulNKernel::kDp4a, 0, a, s);
+}
+
 bool matmul_n_reads_q8(const DevMatrix& w, int n, bool gated) {
   if (!split_type(w.type)) return false;
   return n == 1 || choose(w, n, gated).kernel == MatmulNKernel::kDp4a;

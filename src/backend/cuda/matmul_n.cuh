@@ -21,6 +21,17 @@ void matmul_n(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, flo
 void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, Q8Act xq, int n,
                     float* g, cudaStream_t s, const CudaTuning& t = kDefaultTuning);
 
+// The products of a rows pass (batch_cuda.cu): every row y[t] equals, bit for bit, what the
+// decode step's product (matvec, matvec_gated) gives for that row alone, whatever n and the
+// other rows are — the arithmetic of decode (q8 activations and dp4a for Q4_0/Q8_0, one warp per
+// row and token for Q6_K and F32), each weight read once per group of up to 8 rows (Q4_0/Q8_0).
+// matmul_rows reads both x and xq; matmul_rows_gated only xq (Q4_0 gate and up, as
+// matvec_gated).
+void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
+                 cudaStream_t s, const CudaTuning& t = kDefaultTuning);
+void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
+                       cudaStream_t s, const CudaTuning& t = kDefaultTuning);
+
 // True when matmul_n (gated = false) or matmul_n_gated (w the gate) reads the q8 copy xq for
 // this weight and n, false when it reads the f32 x.
 bool matmul_n_reads_q8(const DevMatrix& w, int n, bool gated = false);

@@ -95,6 +95,8 @@ __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int
   pdl_wait();
   __shared__ float red[32];
   const int t = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = D / 2;
+  const int pos = cache.rows ? cache.rows[t].pos0 : sp->pos0 + t;
+  const size_t slot_off = cache.rows ? static_cast<size_t>(cache.rows[t].slot) * cache.slot_bytes : 0;
   const int qkv_cols = (n_heads + (v_from_k ? 1 : 2) * n_kv) * D;
   const float* row = qkv + static_cast<int64_t>(t) * qkv_cols;
   const bool is_q = head < n_heads;
@@ -112,20 +114,23 @@ __global__ void qkv_prologue_kernel(const float* qkv, int n_heads, int n_kv, int
       float* vo = v + (static_cast<int64_t>(t) * n_kv + g) * D;
       vo[i] = b0 * invv;
       vo[i + half] = b1 * invv;
-      if (cache.v) store_cache(cache, cache.v, g, sp->pos0 + t, D, i, b0 * invv, b1 * invv);
+      if (cache.v) {
+        store_cache(cache, static_cast<char*>(cache.v) + slot_off, g, pos, D, i, b0 * invv,
+                    b1 * invv);
+      }
     }
   }
   const float ss = block_sum(a0 * a0 + a1 * a1, red);
   const float inv = rsqrtf(ss / D + eps);
   if (!act) return;
   const float* w = is_q ? q_norm : k_norm;
-  const float2 o = norm_rope_pair(a0, a1, inv, w[i], w[i + half], inv_freq[i], sp->pos0 + t);
+  const float2 o = norm_rope_pair(a0, a1, inv, w[i], w[i + half], inv_freq[i], pos);
   const float r0 = o.x, r1 = o.y;
   float* dst = is_q ? q + (static_cast<int64_t>(t) * n_heads + head) * D
                     : k + (static_cast<int64_t>(t) * n_kv + g) * D;
   dst[i] = r0;
   dst[i + half] = r1;
-  if (!is_q && cache.k) store_cache(cache, cache.k, g, sp->pos0 + t, D, i, r0, r1);
+  if (!is_q && cache.k) store_cache(cache, static_cast<char*>(cache.k) + slot_off, g, pos, D, i, r0, r1);
 }
 
 __global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv, int D, bool f16,

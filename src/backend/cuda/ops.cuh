@@ -26,6 +26,10 @@ struct KvDest {
   bool f16 = false;
   bool ring = false;
   int n_slots = 0;
+  // A rows pass: row t is rows[t] (its position, and its sequence slot's part of the cache at
+  // slot·slot_bytes from k and v) instead of position sp->pos0 + t of one sequence.
+  const RowParams* rows = nullptr;
+  size_t slot_bytes = 0;
 };
 void qkv_prologue(const float* qkv, int n, int n_heads, int n_kv, int head_dim, bool v_from_k,
                   const float* q_norm, const float* k_norm, float eps, const double* inv_freq,

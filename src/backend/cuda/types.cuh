@@ -56,4 +56,14 @@ struct StepParams {
   int32_t pos0;  // position of the tile's first token (= n_past before the eval)
 };
 
+// One row of a rows pass (batch_cuda.cu): a token of sequence slot `slot` at position `pos0`,
+// computed as that slot's decode step would compute it. pos0 comes first, so &rows[i] serves as
+// the row's StepParams. `row`: the row's index in the pass (its q, output and logits rows).
+struct RowParams {
+  int32_t pos0;
+  int32_t slot;
+  int32_t row;
+  int32_t pad;
+};
+
 }  // namespace gem::cuda
