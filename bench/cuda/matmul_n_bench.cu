@@ -319,7 +319,7 @@ int run(int argc, char** argv) {
         }, true);
       };
       report("auto", 0, variant(MatmulNKernel::kAuto, 0, 0));
-      static const char* kDp4aNames[] = {"dp4a", "dp4a_f1", "dp4a_f2"};
+      static const char* kDp4aNames[] = {"dp4a", "dp4a_f1"};
       static const char* kMmaNames[] = {"mma", "mma_near"};  // x three / one chunk ahead
       const bool sweep = n <= 32;  // above, only the automatic choice against the tile path
       if (n >= 2 && n <= 8 && sweep && matmul_n_supports(MatmulNKernel::kDp4a, mat(0, 0))) {

@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--gen", type=int, default=256, help="tokens generated at the end")
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--sampled", action="store_true",
+                    help="send no temperature: the server's default sampling (what hax sends)")
     ap.add_argument("--api-key", default="")
     ap.add_argument("--label", default="server")
     ap.add_argument("--json", help="write the figures here as JSON")
@@ -78,8 +80,10 @@ def main():
     def turn(what, max_tokens):
         # ignore_eos (llama-server's field, gem's too): a synthetic model's greedy output may end
         # at once; the generation turn must run its full length.
-        body = {"model": "m", "messages": msgs, "temperature": 0, "max_tokens": max_tokens,
-                "stream": a.stream, "ignore_eos": True}
+        body = {"model": "m", "messages": msgs, "max_tokens": max_tokens, "stream": a.stream,
+                "ignore_eos": True}
+        if not a.sampled:
+            body["temperature"] = 0
         if a.stream:
             body["stream_options"] = {"include_usage": True}
         out, wall, ttft = post(a.url, body, a.api_key, a.stream)
@@ -112,7 +116,8 @@ def main():
               f"{r['predicted_n']} | – |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"label": a.label, "stream": a.stream, "rows": rows}, f, indent=1)
+            json.dump({"label": a.label, "stream": a.stream, "sampled": a.sampled, "rows": rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ void CudaBackend::forward_rows(int n, bool head) {
   cuda::set_pdl(tuning_.pdl == cuda::PdlMode::kAll || tuning_.pdl == cuda::PdlMode::kPrefill);
   cuda::embed(embd_, step_dev_ + 1, n, std::sqrt(static_cast<float>(E)), x_, stream_);
   mark(Stage::kEmbed, -1);
-  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, hq_, stream_, tuning_);
+  cuda::rms_norm(x_, layers_[0].attn_norm, n, E, cfg_.rms_eps, h_, hq_, stream_, tuning_, true);
   mark(Stage::kNorm, 0);
   for (int i = 0; i < cfg_.n_layers; ++i) {
     layer_rows(model_.plan[i], layers_[i], n, i + 1 == cfg_.n_layers);
@@ -152,7 +152,7 @@ void CudaBackend::layer_rows(const model::LayerPlan& p, const DevLayer& L, int n
   mark(Stage::kAttention, p.layer);
   cuda::matmul_rows(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
   mark(Stage::kAttnOut, p.layer);
-  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t);
+  cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t, true);
   mark(Stage::kEpilogue, p.layer);
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
     cuda::matmul_rows_gated(L.gate, L.up, hq_, n, g_, stream_, t);
@@ -177,7 +177,7 @@ void CudaBackend::layer_rows(const model::LayerPlan& p, const DevLayer& L, int n
   mark(Stage::kFfnDown, p.layer);
   const float* w_next = last ? output_norm_ : layers_[p.layer + 1].attn_norm;
   cuda::residual_norm_scale(x_, a_, L.post_ffw_norm, L.out_scale, w_next, n, E, eps, h_, hq_,
-                            stream_, t);
+                            stream_, t, true);
   mark(Stage::kEpilogue, p.layer);
 }
 

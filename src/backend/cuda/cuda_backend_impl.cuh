@@ -218,9 +218,8 @@ class CudaBackend final : public Backend {
   std::vector<Checkpoint> ckpt_;
 
   // The rows pass. Rows of one pass: at most rows_max_ (its attention parts are sized for
-  // them); eval() takes tiles of 2 to kRowsEvalMax tokens through it, eval_batch every slot's
-  // runs of at most kRowsRunMax rows (decode steps, speculative verifications).
-  static constexpr int kRowsEvalMax = 8;
+  // them); eval_batch takes every slot's runs of at most kRowsRunMax rows through it (decode
+  // steps, speculative verifications).
   static constexpr int kRowsRunMax = 16;
   int rows_max_ = 0;
   bool rows_ok_ = false;  // every layer's attention takes the decode kernels (else: tile path)

@@ -191,12 +191,12 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
 
 namespace {
 
-// The rows pass's dp4a form: as choose() up to 4 rows; eight rows a warp from 5 (each token's
-// activations re-read by a quarter as many warps).
+// The rows pass's dp4a form: as choose() up to 2 rows, four rows a warp from 3. (Eight rows a
+// warp measured slower at 8 rows on the 12B's matrices — 120 to 512 blocks for 3840 to 8192
+// rows: down 673 GB/s, qkv 816, attn_out 439-561 — bench/results/matmul_n.md.)
 int rows_form(const DevMatrix& w, int n, bool gated) {
   if (n <= 2) return !gated && w.type == WType::kQ4_0 && w.rows >= kDp4aWideMinRows ? 1 : 0;
-  if (n <= 4 || gated) return 1;
-  return 2;
+  return 1;
 }
 
 }  // namespace

@@ -182,17 +182,9 @@ void launch_rows(const NArgs& a, cudaStream_t s) {
   launch(dp4a_kernel<kQ8, kMats, kN, kRows, kUnroll>, grid, kWarps * 32, 0, s, a);
 }
 
-// Rows per warp by form: 0 two, 1 four, 2 eight (one matrix; the gated pair's eight would take
-// twice the registers: four). More rows a warp re-read each token's activations fewer times.
 template <bool kQ8, int kMats, int kN>
 void launch_n(const NArgs& a, cudaStream_t s) {
-  if constexpr (kMats == 1) {
-    if (a.form == 2) {
-      launch_rows<kQ8, kMats, kN, 8>(a, s);
-      return;
-    }
-  }
-  if (a.form >= 1) {
+  if (a.form == 1) {
     launch_rows<kQ8, kMats, kN, 4>(a, s);
   } else {
     launch_rows<kQ8, kMats, kN, 2>(a, s);

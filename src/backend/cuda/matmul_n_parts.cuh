@@ -31,11 +31,10 @@ struct NArgs {
 };
 
 // The dp4a kernel for 1 ≤ a.n ≤ kDp4aMaxN (Q4_0/Q8_0, any cols multiple of 32). Forms: 0 two
-// rows per warp, 1 four, 2 eight (four for the gated pair). Every form computes each token's
-// row as matvec does, bit for bit: the same blocks per lane in the same order, the same block
-// term, the same warp sum.
+// rows per warp, 1 four. Every form computes each token's row as matvec does, bit for bit: the
+// same blocks per lane in the same order, the same block term, the same warp sum.
 constexpr int kDp4aMaxN = 8;
-constexpr int kDp4aForms = 3;
+constexpr int kDp4aForms = 2;
 void launch_dp4a(const NArgs& a, cudaStream_t s);
 // The mma kernel for 1 ≤ a.n ≤ kMmaMaxN (Q4_0/Q8_0/Q6_K, cols a multiple of 128); split 0 = its
 // rule, else blocks per cluster along K (1 to 16). Returns the split it launched with. Forms: 0 x

@@ -181,11 +181,12 @@ __global__ void residual_kernel(float* x, const float* a,
 // Launches residual_kernel over n rows: 4 elements per thread up to 4096 columns of a block's
 // slice, else 8. One-row launches (decode) run as a cluster of `cluster` blocks per row
 // (CudaTuning::res_cluster), each over 1/cluster of it, when the slices are whole q8 blocks;
-// prompt tiles, whose rows fill the GPU already, one block per row.
+// prompt tiles, whose rows fill the GPU already, one block per row; the rows pass's rows as
+// decode runs them (decode_form: the cluster's slices sum in another order than one block).
 void launch_residual(float* x, const float* a, const float* w_post, const float* out_scale,
                      const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
-                     int cluster, cudaStream_t s) {
-  if (n != 1 || cluster < 1 || cols % (32 * cluster) != 0) cluster = 1;
+                     int cluster, bool decode_form, cudaStream_t s) {
+  if ((n != 1 && !decode_form) || cluster < 1 || cols % (32 * cluster) != 0) cluster = 1;
   const int slice = cols / cluster;
   const int per = slice <= 4096 ? 4 : 8;
   const int threads = ((slice + per - 1) / per + 31) / 32 * 32;
@@ -223,10 +224,10 @@ int row_threads(int cols) { return cols >= 4096 ? 1024 : (cols >= 1024 ? 512 : 1
 }  // namespace
 
 void rms_norm(const float* x, const float* w, int n, int cols, float eps, float* y, Q8Act yq,
-              cudaStream_t s, const CudaTuning& t) {
+              cudaStream_t s, const CudaTuning& t, bool decode_form) {
   if (w && cols % 32 == 0 && cols <= 8192) {
     launch_residual(const_cast<float*>(x), nullptr, nullptr, nullptr, w, n, cols, eps, y, yq,
-                    t.res_cluster, s);
+                    t.res_cluster, decode_form, s);
   } else {
     launch(rms_norm_kernel, n, row_threads(cols), 0, s, x, w, cols, eps, y, yq);
   }
@@ -235,15 +236,17 @@ void rms_norm(const float* x, const float* w, int n, int cols, float eps, float*
 
 void residual_norm(float* x, const float* a, const float* w_post, const float* w_next, int n,
                    int cols, float eps, float* h, Q8Act hq, cudaStream_t s,
-                   const CudaTuning& t) {
-  launch_residual(x, a, w_post, nullptr, w_next, n, cols, eps, h, hq, t.res_cluster, s);
+                   const CudaTuning& t, bool decode_form) {
+  launch_residual(x, a, w_post, nullptr, w_next, n, cols, eps, h, hq, t.res_cluster, decode_form,
+                  s);
   GEM_CUDA_LAUNCHED();
 }
 
 void residual_norm_scale(float* x, const float* f, const float* w_post, const float* out_scale,
                          const float* w_next, int n, int cols, float eps, float* h, Q8Act hq,
-                         cudaStream_t s, const CudaTuning& t) {
-  launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, t.res_cluster, s);
+                         cudaStream_t s, const CudaTuning& t, bool decode_form) {
+  launch_residual(x, f, w_post, out_scale, w_next, n, cols, eps, h, hq, t.res_cluster, decode_form,
+                  s);
   GEM_CUDA_LAUNCHED();
 }
 
