@@ -18,7 +18,10 @@ size_t attention_part_floats(int n, int n_heads, int head_dim, int n_splits) {
 
 void attention(const AttnArgs& args, cudaStream_t s, const CudaTuning& t) {
   AttnArgs a = args;
-  a.early_kv = t.attn_early_kv;
+  // Early K/V copies (before pdl_wait) are safe when the previous kernel wrote only the query's
+  // own key; a rows pass's prologue writes the keys of every row of a slot, which the slot's
+  // later rows read: they wait.
+  a.early_kv = t.attn_early_kv && a.rows == nullptr;
   if (a.n_splits > kMaxSplits) {
     std::fprintf(stderr, "attention: %d splits exceed %d\n", a.n_splits, kMaxSplits);
     std::abort();

@@ -253,8 +253,8 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
     }
   }
   // Short runs gather into rows passes (flushed when full, or before a long run of one of their
-  // slots); long runs go through the tile path on their own. Only the last operation's logits
-  // may stay on the device until read.
+  // slots); long runs go through the tile path on their own. Only the last pass's logits stay on
+  // the device until read (or sampled there).
   std::vector<int> pending;  // batch rows of the pass being gathered
   auto flush = [&](bool final_op) -> Status {
     if (pending.empty()) return ok_status();
@@ -292,7 +292,11 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
       for (int i = run.row0; i < run.row0 + run.n; ++i) pending.push_back(i);
       continue;
     }
-    GEM_RETURN_IF_ERROR(flush(false));  // keeps every slot's rows in order
+    // A slot's rows stay in order: its gathered rows go first. Other slots' rows wait, so that
+    // the pass of a step's decode rows comes last and its logits stay on the device.
+    bool pending_slot = false;
+    for (int i : pending) pending_slot = pending_slot || rows[i].slot == slot;
+    if (pending_slot) GEM_RETURN_IF_ERROR(flush(false));
     GEM_RETURN_IF_ERROR(eval_run(slot, rows.subspan(run.row0, run.n),
                                  std::span<const int>(rank).subspan(run.row0, run.n)));
   }
