@@ -260,6 +260,10 @@ void Scheduler::finish(Slot& slot, Status status) {
   slot.last_used = ++clock_;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // slots() shows the slot idle before the caller can answer its client.
+    SlotInfo& info = info_[static_cast<size_t>(slot.id)];
+    info.busy = info.prefill = false;
+    info.n_decoded = task->result.n_generated;
     task->status = std::move(status);
     task->done = true;
   }
@@ -299,10 +303,11 @@ void Scheduler::step() {
     for (const auto& s : slots_) {
       if (s->task == nullptr) continue;
       ++n_busy;
-      if (s->phase == Slot::Phase::kDecode && !s->first && s->spec) alone = s.get();
+      if (s->phase == Slot::Phase::kDecode && !s->first) alone = s.get();
     }
-    if (n_busy == 1 && alone != nullptr && alone->id == kDraftSlot && stats().n_waiting == 0 &&
-        draft_round(*alone)) {
+    if (n_busy == 1 && alone != nullptr && alone->id == kSoloSlot && stats().n_waiting == 0) {
+      if (alone->spec && draft_round(*alone)) return;
+      solo_step(*alone);
       return;
     }
   }
@@ -461,6 +466,33 @@ void Scheduler::step() {
     if (s.spec) s.spec->set_root_row(s.logit_row);
     emit(s, token);
   }
+  apply_releases();
+}
+
+void Scheduler::solo_step(Slot& slot) {
+  const GenerateRequest& request = *slot.task->request;
+  const int32_t one[1] = {slot.pending};
+  const Status st = backend_.eval(std::span<const int32_t>(one, 1), /*all_logits=*/false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.n_steps++;
+    stats_.n_step_rows++;
+    stats_.n_decode_rows++;
+  }
+  if (!st.ok()) {
+    clear(slot);
+    finish(slot, st.with_context("generation: "));
+    return;
+  }
+  const double coin = slot.rng->next_double();
+  std::optional<int32_t> token;
+  if (!request.constraint) token = backend_.sample(request.sampling, slot.history, coin);
+  if (!token) {
+    std::vector<float> scratch;
+    token = draw_on_host(backend_.logits(-1), request, slot.history, slot.generated, coin, scratch);
+  }
+  if (slot.spec) slot.spec->set_root_row(-1);
+  emit(slot, *token);
   apply_releases();
 }
 

@@ -23,10 +23,12 @@
 // next chunk or token and leaves every other slot's stream as it was. A backend error fails the
 // requests whose rows were in the failing batch (their slots restart cold); the others go on.
 //
-// Speculative decoding (GenerateRequest::drafter): a slot drafts only while its request is the
-// only one running (no other slot generating or evaluating a prompt, none waiting) and only on
-// slot kDraftSlot (DraftSource::propose names no slot: the MTP drafter reads slot 0's cache);
-// otherwise decode is batched without drafts. The rounds are Engine's (generation.h
+// One request alone: while a request is the only one running (no other slot generating or
+// evaluating a prompt, none waiting) on slot kSoloSlot, its decode steps take the
+// single-sequence path (Backend::eval, Backend::sample), so one client runs as fast as with the
+// Engine. Speculative decoding (GenerateRequest::drafter) runs only then too (DraftSource::propose
+// names no slot: the MTP drafter reads slot 0's cache); otherwise decode is batched without
+// drafts. The rounds are Engine's (generation.h
 // Speculation), so greedy output is the same either way, sampled output the same in
 // distribution.
 #pragma once
@@ -72,7 +74,9 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  static constexpr int kDraftSlot = 0;
+  // The slot whose lone request decodes through the single-sequence path (Backend::eval and
+  // Backend::sample: on CUDA the decode graph and the device sampler, as Engine) and drafts.
+  static constexpr int kSoloSlot = 0;
   // Prompt rows per step (chunk()): the backend's tile (BackendOptions::n_tile), the rows the
   // prompt path evaluates in one layer pass, so a chunk costs what one prompt tile costs today.
   // `is_eog`: the tokens that end a generation (the tokenizer's). The backend must outlive it.
@@ -111,6 +115,8 @@ class Scheduler {
   void clear(Slot& slot);
   void publish();  // refreshes info_ for slots()
   bool draft_round(Slot& slot);
+  // One decode step of the lone request on kSoloSlot through Backend::eval.
+  void solo_step(Slot& slot);
 
   Backend& backend_;
   std::function<bool(int32_t)> is_eog_;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend_cpu/fixture_cases.h"
 #include "common/test_util.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -22,15 +23,6 @@
 
 namespace gem::runtime {
 namespace {
-
-const model::Model* tiny_model() {
-  static std::unique_ptr<model::Model> model = [] {
-    auto m = model::load_model(test::fixture("tiny-q4_0.gguf"));
-    EXPECT_TRUE(m.ok()) << m.message();
-    return m.ok() ? std::move(m).value() : nullptr;
-  }();
-  return model.get();
-}
 
 constexpr int kCtx = 256;
 constexpr int kTile = 16;  // the scheduler's chunk
@@ -42,7 +34,7 @@ std::unique_ptr<Backend> cpu_backend(int n_slots) {
   o.n_threads = 2;
   o.kv_type = model::KvType::kF16;
   o.n_slots = n_slots;
-  auto b = cpu::make_cpu_backend(*tiny_model(), o);
+  auto b = cpu::make_cpu_backend(*test::fixture_model("tiny-q4_0.gguf"), o);
   EXPECT_TRUE(b.ok()) << b.message();
   return b.ok() ? std::move(b).value() : nullptr;
 }
