@@ -5,17 +5,20 @@
 // Requests overlap deterministically: the first request's progress callback (on the scheduler
 // thread) waits until the others are queued. Also: a disconnect or a cancelled prompt leaves the
 // others unchanged; a continued conversation finds its own slot after unrelated requests; the
-// least recently used slot is the one evicted; speculative decoding with several slots gives
-// the plain output.
+// least recently used slot is the one evicted; a long prompt delays a generating stream by at
+// most one chunk per token (the stall bound). Speculative decoding with several slots:
+// tests/server/parallel_test.cc.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <chrono>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend_cpu/fixture_cases.h"
+#include "common/forwarding_backend.h"
 #include "common/test_util.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -221,6 +224,71 @@ TEST(Scheduler, CancellationOfOneLeavesTheOthersUnchanged) {
   EXPECT_EQ(again.tokens, alone2.tokens);
 }
 
+// Records the slot of every row of every eval_batch.
+class RecordingBackend : public test::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  Status eval_batch(std::span<const BatchRow> rows) override {
+    std::vector<int> slots;
+    for (const BatchRow& r : rows) slots.push_back(r.slot);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batches_.push_back(std::move(slots));
+    }
+    return ForwardingBackend::eval_batch(rows);
+  }
+  std::vector<std::vector<int>> batches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<int>> batches_;
+};
+
+// The stall bound: while a long prompt (11 chunks) is evaluated, a generating stream gets a
+// decode row in every step, and no step holds more than one chunk of prompt rows. Both outputs
+// equal their solo runs.
+TEST(Scheduler, ALongPromptDelaysAStreamByOneChunkPerToken) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  RecordingBackend backend(cpu_backend(2));
+  Scheduler s(backend, eog);
+  Job a, b;
+  a.req = request(prompt_of(20, 50), 60);
+  b.req = request(prompt_of(170, 51), 8);
+  std::atomic<int> a_tokens{0};
+  std::thread ta([&] {
+    GenerateCallbacks cb = callbacks(a);
+    cb.on_token = [&](int32_t t) {
+      a.tokens.push_back(t);
+      a_tokens.store(static_cast<int>(a.tokens.size()));
+      return true;
+    };
+    auto res = s.generate(a.req, cb);
+    a.status = res.status();
+    if (res.ok()) a.result = *res;
+  });
+  while (a_tokens.load() < 3) std::this_thread::yield();
+  auto res = s.generate(b.req, callbacks(b));
+  b.status = res.status();
+  if (res.ok()) b.result = *res;
+  ta.join();
+  expect_same_as_solo(a, "the generating stream");
+  expect_same_as_solo(b, "the long prompt");
+  const int slot_b = 1;  // A took slot 0 (the first empty one), B slot 1
+  int n_prompt_steps = 0;
+  for (const std::vector<int>& rows : backend.batches()) {
+    const int of_b = static_cast<int>(std::count(rows.begin(), rows.end(), slot_b));
+    const int of_a = static_cast<int>(rows.size()) - of_b;
+    if (of_b <= 1) continue;  // not a prompt step of B
+    ++n_prompt_steps;
+    EXPECT_LE(of_b, kTile) << "one chunk at most per step";
+    EXPECT_EQ(of_a, 1) << "the generating stream's decode row rides along";
+  }
+  EXPECT_EQ(n_prompt_steps, (170 + kTile - 1) / kTile);
+}
+
 Job one(Scheduler& s, GenerateRequest req) {
   Job r;
   r.req = std::move(req);
@@ -231,8 +299,9 @@ Job one(Scheduler& s, GenerateRequest req) {
   return r;
 }
 
-// A conversation (A) continues after unrelated requests (B, C) ran on the other slots: it finds
-// its own slot and evaluates only its new tokens; its output equals a cold run's. A fourth
+// A conversation (A) continues after unrelated requests (B before it, C after) ran on the other
+// slots: it finds its own slot (not the least recently used one, B's) and evaluates only its new
+// tokens; its output equals a cold run's. A fourth
 // conversation (D) with every slot holding a cache evicts the least recently used one (B's).
 TEST(Scheduler, ContinuedConversationFindsItsSlotAndLruIsEvicted) {
   GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
@@ -245,13 +314,13 @@ TEST(Scheduler, ContinuedConversationFindsItsSlotAndLruIsEvicted) {
     for (int i = 0; i < n; ++i) p.push_back(500 + (i * 7 + salt) % 300);
     return p;
   };
+  one(s, request(b1, 8));  // B first: its slot is the least recently used one below
   const Job ra1 = one(s, request(a1, 8));
   const int slot_a = [&] {
     for (const SlotInfo& si : s.slots()) if (si.n_cached == 40) return si.id;
     return -1;
   }();
   ASSERT_GE(slot_a, 0);
-  one(s, request(b1, 8));
   one(s, request(c1, 8));
   // Each took its own (empty) slot: three caches.
   int n_holding = 0;

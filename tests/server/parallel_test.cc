@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/forwarding_backend.h"
 #include "common/test_util.h"
 #include "model/assistant.h"
 #include "runtime/mtp_draft.h"
@@ -28,10 +29,10 @@ namespace {
 
 using nlohmann::json;
 
-// Forwards everything to the CPU backend; while held, eval_batch waits.
-class HoldingBackend : public Backend {
+// The CPU backend; while held, eval_batch waits.
+class HoldingBackend : public ForwardingBackend {
  public:
-  explicit HoldingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   void hold(bool on) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -39,38 +40,14 @@ class HoldingBackend : public Backend {
     }
     cv_.notify_all();
   }
-  std::string_view name() const override { return inner_->name(); }
-  const BackendOptions& options() const override { return inner_->options(); }
-  int n_past() const override { return inner_->n_past(); }
-  Status eval(std::span<const int32_t> tokens, bool all_logits, const TileCallback& cb) override {
-    return inner_->eval(tokens, all_logits, cb);
-  }
-  std::span<const float> logits(int row) override { return inner_->logits(row); }
-  void checkpoint() override { inner_->checkpoint(); }
-  void restore() override { inner_->restore(); }
-  void reset() override { inner_->reset(); }
-  int slot_n_past(int slot) const override { return inner_->slot_n_past(slot); }
   Status eval_batch(std::span<const BatchRow> rows) override {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !held_; });
     lock.unlock();
-    return inner_->eval_batch(rows);
-  }
-  std::span<const float> batch_logits(int i) override { return inner_->batch_logits(i); }
-  void slot_reset(int slot) override { inner_->slot_reset(slot); }
-  void slot_checkpoint(int slot) override { inner_->slot_checkpoint(slot); }
-  void slot_restore(int slot) override { inner_->slot_restore(slot); }
-  Status slot_truncate(int slot, int n_past) override { return inner_->slot_truncate(slot, n_past); }
-  Status slot_fork(int src, int dst) override { return inner_->slot_fork(src, dst); }
-  void set_keep_hidden(bool on) override { inner_->set_keep_hidden(on); }
-  std::span<const float> hidden(int row) override { return inner_->hidden(row); }
-  std::span<const float> batch_hidden(int i) override { return inner_->batch_hidden(i); }
-  Result<std::unique_ptr<Drafter>> make_drafter(const model::Assistant& a) override {
-    return inner_->make_drafter(a);
+    return ForwardingBackend::eval_batch(rows);
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool held_ = false;
@@ -264,8 +241,9 @@ TEST(Parallel, BeyondTheSlotsTheQueueThen503) {
   EXPECT_EQ(scheduler_requests(p), before + 3) << "the cancelled queued request never ran";
 }
 
-// A conversation continues after two unrelated ones ran on the other slots: its next turn
-// evaluates only the new tokens (timings.cache_n = the first turn's history) and answers what a
+// A conversation continues after two unrelated ones ran on the other slots (one before it, one
+// after): its next turn finds its own slot, not the least recently used one, and evaluates only
+// the new tokens (timings.cache_n = the first turn's history) and answers what a
 // fresh server answers.
 TEST(Parallel, ContinuedConversationReusesItsSlot) {
   Parallel p, fresh;
@@ -273,8 +251,8 @@ TEST(Parallel, ContinuedConversationReusesItsSlot) {
   ASSERT_NO_FATAL_FAILURE(start(fresh, 1));
   const int port = p.s.port;
   json conv = body(kTexts[0]);
+  post(port, body(kTexts[1]));  // first: its slot is the least recently used one
   const json a1 = post(port, conv);
-  post(port, body(kTexts[1]));
   post(port, body(kTexts[2]));
   conv["messages"].push_back(a1["choices"][0]["message"]);
   conv["messages"].push_back({{"role", "user"}, {"content", "And the sky?"}});
