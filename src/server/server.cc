@@ -1,6 +1,9 @@
 // gem's HTTP server (server.h). Threads: the HTTP layer's workers (http.h) run every handler
 // once a whole request has arrived; a chat request holds the engine (EngineGate, FIFO) for its
-// whole run, so GET handlers on other workers never wait on it. A disconnect is noticed by
+// whole run, so GET handlers on other workers never wait on it. With -np S > 1 the gate admits S
+// requests at once and runtime::Scheduler's one thread runs them all, calling each request's
+// callbacks (parsing, SSE events) on that thread; each stream's bytes then go out through its own
+// sender thread (SinkWriter, decoupled), so one slow client holds up no other stream. A disconnect is noticed by
 // polling the request's socket at every prompt tile and token, and by a per-request monitor
 // thread that also writes SSE keep-alive comments during long tiles.
 //
@@ -101,18 +104,49 @@ std::string type_for_status(int status) {
 }
 
 // Serialised writes to one streamed response (the generating thread and the monitor share it).
+// Decoupled (-np > 1, where the scheduler thread produces every stream's events): write() only
+// queues the bytes and a thread of the writer's own sends them, so a client that reads slowly
+// delays nobody else; past kMaxPendingBytes unsent the client counts as gone (write() fails and
+// its request stops). drain() waits until everything queued is sent (or the client failed).
 class SinkWriter {
  public:
-  explicit SinkWriter(http::Response* res) : res_(res), last_(now_seconds()) {}
+  static constexpr size_t kMaxPendingBytes = 1u << 20;
+
+  SinkWriter(http::Response* res, bool decoupled) : res_(res), last_(now_seconds()) {
+    if (res_ != nullptr && decoupled) sender_ = std::thread([this] { send_loop(); });
+  }
+  ~SinkWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (sender_.joinable()) sender_.join();
+  }
   bool write(const std::string& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (res_ == nullptr || failed_) return false;
-    if (!res_->write(s)) failed_ = true;
     last_ = now_seconds();
-    return !failed_;
+    if (!sender_.joinable()) {
+      if (!res_->write(s)) failed_ = true;
+      return !failed_;
+    }
+    if (pending_.size() + s.size() > kMaxPendingBytes) {
+      failed_ = true;  // the client has not taken 1 MiB of events: it is as good as gone
+      return false;
+    }
+    pending_ += s;
+    cv_.notify_all();
+    return true;
   }
   bool event(const json& j) { return write("data: " + dump(j) + "\n\n"); }
   bool comment(const std::string& c) { return write(": " + c + "\n\n"); }
+  // Everything queued is sent; false when the client failed.
+  bool drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return failed_ || (pending_.empty() && !sending_); });
+    return !failed_;
+  }
   double silent_for() const {
     std::lock_guard<std::mutex> lock(mu_);
     return now_seconds() - last_;
@@ -124,10 +158,36 @@ class SinkWriter {
   bool streaming() const { return res_ != nullptr; }
 
  private:
+  void send_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty() || failed_) {
+        if (stop_) return;
+        pending_.clear();
+        continue;
+      }
+      std::string out;
+      out.swap(pending_);
+      sending_ = true;
+      lock.unlock();
+      const bool ok = res_->write(out);
+      lock.lock();
+      sending_ = false;
+      if (!ok) failed_ = true;
+      cv_.notify_all();
+    }
+  }
+
   mutable std::mutex mu_;
+  std::condition_variable cv_;
   http::Response* res_;
   bool failed_ = false;
   double last_;
+  std::string pending_;   // queued, not sent yet (decoupled)
+  bool sending_ = false;  // the sender is writing what it took from pending_
+  bool stop_ = false;
+  std::thread sender_;    // decoupled only
 };
 
 // Watches the connection while the engine runs: flags a disconnect and keeps SSE streams alive.
@@ -944,7 +1004,7 @@ class LogprobRecorder {
 bool Server::run_job(Job& job, http::Response& res) {
   const ChatRequest& cr = job.req;
   const bool streaming = cr.stream;
-  SinkWriter writer(streaming ? &res : nullptr);
+  SinkWriter writer(streaming ? &res : nullptr, /*decoupled=*/scheduler_ != nullptr);
   // Ends the request early because the server is shutting down: a stream gets an error event
   // and [DONE] (so clients neither hang nor retry blindly), a plain request a 503.
   auto cut_short = [&] {
@@ -1214,7 +1274,7 @@ bool Server::run_job(Job& job, http::Response& res) {
       u["timings"] = timings_json(r);
       if (!writer.event(u)) return false;
     }
-    if (!writer.write("data: [DONE]\n\n")) return false;
+    if (!writer.write("data: [DONE]\n\n") || !writer.drain()) return false;
     return res.end_stream();
   }
   json choice;
