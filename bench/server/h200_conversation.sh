@@ -17,19 +17,7 @@ CTX=40960
 DEPTH=29300
 M=/tmp/models
 mkdir -p $M
-if [ -d .device/llama.cpp ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
-  (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
-     -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
-   cmake --build /tmp/llama-build -j10 --target llama-server >/tmp/llama-build.log 2>&1) &
-  llama_pid=$!
-fi
-if [ -z "${GEM:-}" ]; then  # GEM=path: a gem built already (bench/cuda/h200_batched.sh)
-  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
-    -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
-    cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
-  GEM=build-dev/bin/gem
-fi
+source bench/server/device_build.sh  # llama_pid, GEM
 
 serve_and_talk() {  # label, then the server command; $CONV_ARGS: conversation.py's options
   local label=$1; shift

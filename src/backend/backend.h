@@ -140,7 +140,9 @@ class Backend {
   // sample() for several rows at once: reqs[i] picks from batch_logits(i) of the last
   // eval_batch (same contract per row as sample()), in one device round trip where the backend
   // samples. out[i] = nullopt where the backend cannot sample that row's parameters: the caller
-  // samples it on the host from batch_logits(i). Rows not asked about are left alone.
+  // samples it on the host from batch_logits(i). Rows not asked about are left alone: those past
+  // reqs.size() and those whose entry has params == nullptr (out[i] = nullopt; the scheduler
+  // leaves rows with a constraint or a first token to the host that way).
   struct BatchSample {
     const SamplingParams* params = nullptr;
     std::span<const int32_t> history;

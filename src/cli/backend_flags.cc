@@ -86,6 +86,7 @@ Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const B
   options.n_threads = f.n_threads;
   options.n_tile = f.n_tile;
   options.reference = f.reference;
+  options.n_slots = std::max(1, f.n_slots);
   std::string kind = f.backend;
 #ifdef GEM_HAVE_CUDA
   if (kind == "auto") kind = cuda_device_available() && !f.reference ? "cuda" : "cpu";
@@ -95,6 +96,25 @@ Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const B
   if (kind == "auto") kind = "cpu";
 #endif
   return cpu::make_cpu_backend(model, options);
+}
+
+Result<std::unique_ptr<Backend>> make_backend_default_slots(const model::Model& model,
+                                                            BackendFlags flags, int* n_slots) {
+  bool cuda = flags.backend == "cuda";
+#ifdef GEM_HAVE_CUDA
+  if (flags.backend == "auto") cuda = cuda_device_available() && !flags.reference;
+#endif
+  flags.n_slots = cuda ? kDefaultSlotsCuda : 1;
+  for (;;) {
+    auto made = make_backend(model, flags);
+    if (made.ok() || flags.n_slots == 1) {
+      *n_slots = flags.n_slots;
+      return made;
+    }
+    GEM_LOG_WARN("-np %d: %s; trying %d slots", flags.n_slots, made.message().c_str(),
+                 flags.n_slots / 2);
+    flags.n_slots /= 2;
+  }
 }
 
 }  // namespace gem::cli

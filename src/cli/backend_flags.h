@@ -27,6 +27,7 @@ struct BackendFlags {
   int n_threads = 0;
   int n_tile = 256;
   bool reference = false;
+  int n_slots = 1;                // sequence slots (gem serve -np)
 };
 
 void add_backend_flags(CLI::App& app, BackendFlags& flags);
@@ -43,6 +44,17 @@ Status resolve_cache_types(const std::string& cache_type_k, const std::string& c
                            bool kv_type_given, std::string* kv_type);
 
 // Resolves "auto" (CUDA when a GPU is present and the build has it) and creates the backend.
+// With n_slots 0 the slots are chosen from memory (default_slots).
 Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const BackendFlags& flags);
+
+// gem serve's default -np: on CUDA kDefaultSlotsCuda sequence slots, halved while the backend
+// cannot allocate their caches (the device's memory decides: at 32K context with the f16 cache
+// a slot is about 0.9 GiB on the 12B and 3.3 GiB on the 31B, so 8 fit beside either on an
+// H200); 8 keeps a main conversation and four subagents (and three more) each in its own slot.
+// On the CPU one (a reference backend on shared cores; the server then runs exactly as a
+// one-slot server). *n_slots gets the number used.
+inline constexpr int kDefaultSlotsCuda = 8;
+Result<std::unique_ptr<Backend>> make_backend_default_slots(const model::Model& model,
+                                                            BackendFlags flags, int* n_slots);
 
 }  // namespace gem::cli

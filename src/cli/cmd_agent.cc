@@ -45,10 +45,6 @@ int run_agent(AgentArgs& a) {
     GEM_LOG_WARN("agent: binding %s; the server is reachable beyond loopback", a.serve.host.c_str());
   }
   if (Status st = resolve_api_key(a.serve); !st.ok()) return fail("agent", st.message());
-  if (a.serve.n_parallel > 1) {
-    a.serve.notices.push_back(strprintf("--parallel %d: stored, but requests are served one at a "
-                                        "time for now", a.serve.n_parallel));
-  }
   print_notices("agent", a.serve);
   auto running = start_server(a.serve);
   if (!running.ok()) return fail("agent", running.message());

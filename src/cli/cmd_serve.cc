@@ -173,8 +173,9 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
   app.add_flag("--slots,!--no-slots", a.slots,
                "GET /slots: the slot's state (on by default; --no-slots answers 501)")->group(kEndpoints);
   app.add_option("--parallel", a.n_parallel,
-                 "-np: parallel slots; stored, but requests are served one at a time for now "
-                 "(more than 1 prints a notice)")->group(kEndpoints);
+                 "-np: sequence slots, requests served at once with continuous batching, each "
+                 "slot with its own -c context and prefix cache (default: 4 on CUDA when the "
+                 "memory holds them, else fewer; 1 on the CPU)")->group(kEndpoints);
   app.add_option("--queue", a.queue,
                  "requests that may wait behind the running one (default 8; more get 503)")->group(kEndpoints);
 
@@ -302,7 +303,7 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   if (a.tile <= 0) return errorf("--tile %d: must be positive", a.tile);
   if (a.n_ctx < 0) return errorf("-c %d: must be >= 0", a.n_ctx);
   if (a.n_predict < -1) return errorf("-n %d: expected -1 (no limit) or a token count >= 0", a.n_predict);
-  if (a.n_parallel < 1) return errorf("--parallel %d: expected at least 1", a.n_parallel);
+  if (a.n_parallel < 0) return errorf("--parallel %d: expected at least 1 (0: the default)", a.n_parallel);
   if (a.reasoning_budget < -1) {
     return errorf("--reasoning-budget %d: expected -1 (unlimited), 0 (thinking off) or a token count",
                   a.reasoning_budget);
@@ -369,7 +370,7 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   o.enable_thinking = thinking;
   o.metrics = a.metrics;
   o.slots = a.slots;
-  o.n_parallel = a.n_parallel;
+  o.n_parallel = a.n_parallel > 0 ? a.n_parallel : kDefaultSlotsCuda;  // sizes the worker pool
   o.max_body_bytes = max_body;
   o.max_queue = a.queue;
   o.timeout_s = a.timeout_s;
@@ -418,6 +419,10 @@ Status load_into(const ServeArgs& a, RunningServer& running) {
   if (a.backend.rfind("scripted:", 0) == 0) {
     GEM_LOG_WARN("--backend %s: TEST-ONLY scripted outputs, the model's weights are not used",
                  a.backend.c_str());
+    if (a.n_parallel > 1) {
+      return errorf("--parallel %d: the scripted backend holds one sequence; use -np 1",
+                    a.n_parallel);
+    }
     GEM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::ScriptedBackend> sb,
                          runtime::make_scripted_backend(a.backend.substr(9), *tok, bo));
     backend = std::move(sb);
@@ -430,7 +435,16 @@ Status load_into(const ServeArgs& a, RunningServer& running) {
     f.n_threads = a.n_threads;
     f.n_tile = a.tile;
     f.reference = a.reference;
-    GEM_ASSIGN_OR_RETURN(backend, make_backend(*m, f));
+    f.n_slots = a.n_parallel;
+    int n_slots = a.n_parallel;
+    if (a.n_parallel > 0) {
+      GEM_ASSIGN_OR_RETURN(backend, make_backend(*m, f));
+    } else {
+      GEM_ASSIGN_OR_RETURN(backend, make_backend_default_slots(*m, f, &n_slots));
+    }
+    GEM_LOG_INFO("slots: %d (-np), each of context %d, KV cache %.1f MiB in all", n_slots,
+                 bo.n_ctx, static_cast<double>(model::kv_cache_bytes(m->plan, bo.n_ctx, kv, n_slots)) /
+                               (1024.0 * 1024.0));
   } else {
     return errorf("--backend %s: expected auto, cpu, cuda or scripted:FILE", a.backend.c_str());
   }
@@ -467,10 +481,6 @@ int run_serve(ServeArgs& a) {
   if (Status st = resolve_api_key(a); !st.ok()) return fail("serve", st.message());
   if (Status st = resolve_cache_types(a.cache_type_k, a.cache_type_v, a.kv_type_given, &a.kv_type); !st.ok()) {
     return fail("serve", st.message());
-  }
-  if (a.n_parallel > 1) {
-    a.notices.push_back(strprintf("--parallel %d: stored, but requests are served one at a time "
-                                  "for now (the others wait in the queue)", a.n_parallel));
   }
   print_notices("serve", a);
   auto running = start_server(a);

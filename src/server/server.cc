@@ -1,6 +1,9 @@
 // gem's HTTP server (server.h). Threads: the HTTP layer's workers (http.h) run every handler
 // once a whole request has arrived; a chat request holds the engine (EngineGate, FIFO) for its
-// whole run, so GET handlers on other workers never wait on it. A disconnect is noticed by
+// whole run, so GET handlers on other workers never wait on it. With -np S > 1 the gate admits S
+// requests at once and runtime::Scheduler's one thread runs them all, calling each request's
+// callbacks (parsing, SSE events) on that thread; each stream's bytes then go out through its own
+// sender thread (SinkWriter, decoupled), so one slow client holds up no other stream. A disconnect is noticed by
 // polling the request's socket at every prompt tile and token, and by a per-request monitor
 // thread that also writes SSE keep-alive comments during long tiles.
 //
@@ -101,18 +104,49 @@ std::string type_for_status(int status) {
 }
 
 // Serialised writes to one streamed response (the generating thread and the monitor share it).
+// Decoupled (-np > 1, where the scheduler thread produces every stream's events): write() only
+// queues the bytes and a thread of the writer's own sends them, so a client that reads slowly
+// delays nobody else; past kMaxPendingBytes unsent the client counts as gone (write() fails and
+// its request stops). drain() waits until everything queued is sent (or the client failed).
 class SinkWriter {
  public:
-  explicit SinkWriter(http::Response* res) : res_(res), last_(now_seconds()) {}
+  static constexpr size_t kMaxPendingBytes = 1u << 20;
+
+  SinkWriter(http::Response* res, bool decoupled) : res_(res), last_(now_seconds()) {
+    if (res_ != nullptr && decoupled) sender_ = std::thread([this] { send_loop(); });
+  }
+  ~SinkWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (sender_.joinable()) sender_.join();
+  }
   bool write(const std::string& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (res_ == nullptr || failed_) return false;
-    if (!res_->write(s)) failed_ = true;
     last_ = now_seconds();
-    return !failed_;
+    if (!sender_.joinable()) {
+      if (!res_->write(s)) failed_ = true;
+      return !failed_;
+    }
+    if (pending_.size() + s.size() > kMaxPendingBytes) {
+      failed_ = true;  // the client has not taken 1 MiB of events: it is as good as gone
+      return false;
+    }
+    pending_ += s;
+    cv_.notify_all();
+    return true;
   }
   bool event(const json& j) { return write("data: " + dump(j) + "\n\n"); }
   bool comment(const std::string& c) { return write(": " + c + "\n\n"); }
+  // Everything queued is sent; false when the client failed.
+  bool drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return failed_ || (pending_.empty() && !sending_); });
+    return !failed_;
+  }
   double silent_for() const {
     std::lock_guard<std::mutex> lock(mu_);
     return now_seconds() - last_;
@@ -124,10 +158,36 @@ class SinkWriter {
   bool streaming() const { return res_ != nullptr; }
 
  private:
+  void send_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty() || failed_) {
+        if (stop_) return;
+        pending_.clear();
+        continue;
+      }
+      std::string out;
+      out.swap(pending_);
+      sending_ = true;
+      lock.unlock();
+      const bool ok = res_->write(out);
+      lock.lock();
+      sending_ = false;
+      if (!ok) failed_ = true;
+      cv_.notify_all();
+    }
+  }
+
   mutable std::mutex mu_;
+  std::condition_variable cv_;
   http::Response* res_;
   bool failed_ = false;
   double last_;
+  std::string pending_;   // queued, not sent yet (decoupled)
+  bool sending_ = false;  // the sender is writing what it took from pending_
+  bool stop_ = false;
+  std::thread sender_;    // decoupled only
 };
 
 // Watches the connection while the engine runs: flags a disconnect and keeps SSE streams alive.
@@ -193,7 +253,7 @@ bool connection_alive(int fd) {
 
 uint64_t EngineGate::enter() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int>(queue_.size()) >= max_queue_ + (running_ ? 0 : 1)) return 0;
+  if (static_cast<int>(queue_.size()) >= max_queue_ + std::max(0, capacity_ - running_)) return 0;
   const uint64_t t = ++next_;
   queue_.push_back(t);
   return t;
@@ -202,11 +262,11 @@ uint64_t EngineGate::enter() {
 bool EngineGate::wait_turn(uint64_t ticket, double seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   const bool mine = cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] {
-    return !running_ && !queue_.empty() && queue_.front() == ticket;
+    return running_ < capacity_ && !queue_.empty() && queue_.front() == ticket;
   });
   if (!mine) return false;
   queue_.pop_front();
-  running_ = true;
+  running_++;
   return true;
 }
 
@@ -226,10 +286,19 @@ void EngineGate::abandon(uint64_t ticket) {
 void EngineGate::release() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
+    running_--;
   }
   cv_.notify_all();
 }
+
+void EngineGate::set_capacity(int n_running) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    capacity_ = std::max(1, n_running);
+  }
+  cv_.notify_all();
+}
+
 
 int EngineGate::n_waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -272,9 +341,10 @@ Server::Server(ServerOptions options)
   o.keep_alive_s = options_.keep_alive_s;
   o.write_timeout_s = options_.timeout_s;
   o.max_connections = options_.max_connections;
-  // Chat requests hold a worker while they run or wait (at most 1 + max_queue of them; more
-  // are refused at once), so the GET routes always find a free one.
-  o.n_workers = options_.n_http_threads > 0 ? options_.n_http_threads : options_.max_queue + 9;
+  // Chat requests hold a worker while they run or wait (at most n_parallel + max_queue of them;
+  // more are refused at once), so the GET routes always find a free one.
+  o.n_workers = options_.n_http_threads > 0 ? options_.n_http_threads
+                                            : options_.max_queue + std::max(1, options_.n_parallel) + 8;
   http_ = std::make_unique<http::Server>(
       o, [this](const http::Request& req, http::Response& res) { handle(req, res); },
       [](int status, const std::string& message) {
@@ -303,6 +373,12 @@ void Server::set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draf
 
 void Server::set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template) {
   engine_ = std::move(engine);
+  if (engine_->backend().options().n_slots > 1) {
+    runtime::Engine* e = engine_.get();
+    scheduler_ = std::make_unique<runtime::Scheduler>(
+        engine_->backend(), [e](int32_t token) { return e->is_eog(token); });
+  }
+  gate_.set_capacity(n_slots());
   {
     std::lock_guard<std::mutex> lock(info_mu_);
     info_.n_ctx = engine_->n_ctx();
@@ -433,7 +509,7 @@ json Server::props_json() const {
   settings["params"]["enable_thinking"] = d.enable_thinking;
   if (info.n_ctx > 0) settings["n_ctx"] = info.n_ctx;
   return json{{"default_generation_settings", settings},
-              {"total_slots", 1},
+              {"total_slots", n_slots()},
               {"speculative", drafter_ != nullptr},  // --mtp: drafts with the MTP assistant
               {"draft_max", drafter_ ? draft_max_ : 0},
               {"model_alias", options_.model_name},
@@ -450,12 +526,53 @@ json Server::props_json() const {
               {"is_loading", !ready()}};
 }
 
+int Server::n_slots() const {
+  return engine_ ? std::max(1, engine_->backend().options().n_slots) : std::max(1, options_.n_parallel);
+}
+
+int Server::n_busy_slots() const {
+  // A slot is free again before its request's answer goes out (the scheduler's, or slot_busy_),
+  // so a client's next GET sees it idle.
+  if (!scheduler_) return slot_busy_.load() ? 1 : 0;
+  int n = 0;
+  for (const runtime::SlotInfo& si : scheduler_->slots()) n += si.busy ? 1 : 0;
+  return n;
+}
+
 json Server::slots_json() const {
   const ModelInfo info = model_info();
+  if (scheduler_) {
+    // One entry per sequence slot (llama-server's shape); n_ctx is each slot's own context.
+    json out = json::array();
+    for (const runtime::SlotInfo& si : scheduler_->slots()) {
+      json slot = {{"id", si.id},
+                   {"n_ctx", si.n_ctx},
+                   {"speculative", drafter_ != nullptr},
+                   {"is_processing", si.busy},
+                   {"state", si.busy ? 1 : 0},
+                   {"n_past", si.n_past},
+                   {"n_cached_tokens", si.n_cached},
+                   {"n_reused", si.n_reused},
+                   {"params", sampling_json(default_sampling(), options_.n_predict)}};
+      if (si.task > 0) {
+        slot["id_task"] = si.task;
+        slot["n_prompt_tokens"] = si.n_prompt;
+        slot["next_token"] = json::array(
+            {json{{"has_next_token", si.busy && !si.prefill},
+                  {"has_new_line", false},
+                  {"n_remain", si.max_tokens < 0 ? -1 : si.max_tokens - si.n_decoded},
+                  {"n_decoded", si.n_decoded}}});
+      }
+      out.push_back(std::move(slot));
+    }
+    return out;
+  }
   json slot = {{"id", 0},
                {"n_ctx", info.n_ctx},
                {"speculative", false},
-               {"is_processing", slot_busy_.load()}};
+               {"is_processing", slot_busy_.load()},
+               {"state", slot_busy_.load() ? 1 : 0}};
+  slot["n_cached_tokens"] = slot_n_cached_.load();
   if (slot_task_.load() > 0) {
     const int max_tokens = slot_max_tokens_.load();
     const int decoded = slot_n_decoded_.load();
@@ -481,6 +598,7 @@ void Server::record_metrics(const runtime::GenerateResult& r) {
   const uint64_t evaluated = static_cast<uint64_t>(r.n_prompt - r.n_cached);
   m.prompt_tokens += evaluated;
   m.prompt_tokens_cached += static_cast<uint64_t>(r.n_cached);
+  if (r.n_cached > 0) m.reuse_hits++;
   m.prompt_seconds += r.prompt_seconds;
   m.tokens_predicted += static_cast<uint64_t>(r.n_generated);
   m.predicted_seconds += r.decode_seconds;
@@ -503,7 +621,11 @@ std::string Server::metrics_text() {
     // The gauges average over the time between two scrapes (llama-server's reset_bucket).
     metrics_.bucket_prompt_tokens = metrics_.bucket_predicted = 0;
     metrics_.bucket_prompt_seconds = metrics_.bucket_predicted_seconds = 0;
+    metrics_.bucket_start = now_seconds();
   }
+  if (scheduler_) m.n_decode = scheduler_->stats().n_steps;  // one eval_batch per step
+  const double bucket_wall = m.bucket_start > 0 ? now_seconds() - m.bucket_start
+                                                : static_cast<double>(std::time(nullptr) - start_time_);
   struct Item {
     const char* name;
     const char* help;
@@ -523,16 +645,46 @@ std::string Server::metrics_text() {
       {"n_tokens_max", "Largest observed sequence length (prompt + generation)",
        static_cast<double>(m.n_tokens_max)},
   };
-  const bool busy = slot_busy_.load();
+  // Per-slot figures: the scheduler's (-np > 1), or the one engine's.
+  std::vector<runtime::SlotInfo> slots;
+  runtime::SchedulerStats st;
+  if (scheduler_) {
+    slots = scheduler_->slots();
+    st = scheduler_->stats();
+  }
+  const int n_busy = n_busy_slots();
+  double kv_tokens = 0;
+  for (const runtime::SlotInfo& si : slots) kv_tokens += si.n_past;
+  if (!scheduler_) kv_tokens = slot_n_cached_.load();
+  const double n_ctx_all = static_cast<double>(n_slots()) * std::max(1, model_info().n_ctx);
+  const double busy_per_decode =
+      scheduler_ ? (st.n_steps > 0 ? static_cast<double>(st.n_decode_rows) / st.n_steps : 0.0)
+                 : (m.n_decode > 0 ? 1.0 : 0.0);
   const Item gauges[] = {
       {"prompt_tokens_seconds", "Average prompt throughput in tokens/s",
        m.bucket_prompt_seconds > 0 ? m.bucket_prompt_tokens / m.bucket_prompt_seconds : 0.0},
-      {"predicted_tokens_seconds", "Average generation throughput in tokens/s",
+      {"predicted_tokens_seconds", "Average generation throughput in tokens/s (per request)",
        m.bucket_predicted_seconds > 0 ? m.bucket_predicted / m.bucket_predicted_seconds : 0.0},
-      {"requests_processing", "Number of requests processing", busy ? 1.0 : 0.0},
+      {"requests_processing", "Number of requests processing", static_cast<double>(n_busy)},
       {"requests_deferred", "Number of requests deferred", static_cast<double>(gate_.n_waiting())},
       {"n_busy_slots_per_decode", "Average number of busy slots per backend evaluation",
-       m.n_decode > 0 ? 1.0 : 0.0},
+       busy_per_decode},
+      {"kv_cache_tokens", "KV cache tokens held, all slots", kv_tokens},
+      {"kv_cache_usage_ratio", "KV cache usage (tokens held / slots x n_ctx)",
+       n_ctx_all > 0 ? kv_tokens / n_ctx_all : 0.0},
+  };
+  // gem's own: aggregate throughput over the wall time since the last scrape (all slots
+  // together), requests, slots, prefix-cache reuse, and each slot's KV use.
+  const Item gem_items[] = {
+      {"generated_tokens_per_second", "Generated tokens per wall-clock second since the last scrape, all slots",
+       bucket_wall > 0 ? m.bucket_predicted / bucket_wall : 0.0},
+      {"requests_total", "Requests admitted (chat and text completions)",
+       static_cast<double>(n_requests_.load())},
+      {"slots_total", "Sequence slots (-np)", static_cast<double>(n_slots())},
+      {"prompt_cache_reuse_hits_total", "Requests that reused a slot's cached prefix",
+       static_cast<double>(scheduler_ ? st.n_reuse_hits : m.reuse_hits)},
+      {"slot_evictions_total", "Requests that started over on a slot holding another conversation",
+       static_cast<double>(st.n_evictions)},
   };
   std::string out;
   auto add = [&](const Item& it, const char* type) {
@@ -541,6 +693,23 @@ std::string Server::metrics_text() {
   };
   for (const Item& it : counters) add(it, "counter");
   for (const Item& it : gauges) add(it, "gauge");
+  for (const Item& it : gem_items) {
+    const bool counter = std::string_view(it.name).ends_with("_total");
+    out += strprintf("# HELP gem:%s %s\n# TYPE gem:%s %s\ngem:%s %.17g\n", it.name, it.help,
+                     it.name, counter ? "counter" : "gauge", it.name, it.value);
+  }
+  if (!slots.empty()) {
+    out += "# HELP gem:slot_kv_tokens Positions held in the slot's KV cache\n"
+           "# TYPE gem:slot_kv_tokens gauge\n";
+    for (const runtime::SlotInfo& si : slots) {
+      out += strprintf("gem:slot_kv_tokens{slot=\"%d\"} %d\n", si.id, si.n_past);
+    }
+    out += "# HELP gem:slot_cached_tokens Tokens the slot keeps between requests (its prefix cache)\n"
+           "# TYPE gem:slot_cached_tokens gauge\n";
+    for (const runtime::SlotInfo& si : slots) {
+      out += strprintf("gem:slot_cached_tokens{slot=\"%d\"} %d\n", si.id, si.n_cached);
+    }
+  }
   return out;
 }
 
@@ -668,7 +837,8 @@ void Server::handle(const http::Request& req, http::Response& res) {
                                        "with `--slots`"));
     }
     if (!ready()) return send_error(res, loading_error());
-    if (req.query.find("fail_on_no_slot") != std::string::npos && slot_busy_.load()) {
+    if (req.query.find("fail_on_no_slot") != std::string::npos &&
+        n_busy_slots() >= n_slots()) {
       return send_error(res, api_error(503, "unavailable_error", "no slot available"));
     }
     return send_json(res, 200, slots_json());
@@ -834,7 +1004,7 @@ class LogprobRecorder {
 bool Server::run_job(Job& job, http::Response& res) {
   const ChatRequest& cr = job.req;
   const bool streaming = cr.stream;
-  SinkWriter writer(streaming ? &res : nullptr);
+  SinkWriter writer(streaming ? &res : nullptr, /*decoupled=*/scheduler_ != nullptr);
   // Ends the request early because the server is shutting down: a stream gets an error event
   // and [DONE] (so clients neither hang nor retry blindly), a plain request a 503.
   auto cut_short = [&] {
@@ -1041,8 +1211,9 @@ bool Server::run_job(Job& job, http::Response& res) {
 
   Result<runtime::GenerateResult> result = [&] {
     Monitor monitor(job.fd, &writer, options_.heartbeat_s, &gone);
-    return engine.generate(greq, cb);
+    return scheduler_ ? scheduler_->generate(greq, cb) : engine.generate(greq, cb);
   }();
+  if (!scheduler_) slot_n_cached_.store(static_cast<int>(engine.cached_tokens().size()));
   slot_busy_.store(false);  // before the answer goes out: a client's next GET sees the slot idle
 
   if (!result.ok()) {
@@ -1103,7 +1274,7 @@ bool Server::run_job(Job& job, http::Response& res) {
       u["timings"] = timings_json(r);
       if (!writer.event(u)) return false;
     }
-    if (!writer.write("data: [DONE]\n\n")) return false;
+    if (!writer.write("data: [DONE]\n\n") || !writer.drain()) return false;
     return res.end_stream();
   }
   json choice;

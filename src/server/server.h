@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "runtime/engine.h"
+#include "runtime/scheduler.h"
 #include "sampler/sampler.h"
 #include "server/api.h"
 #include "server/json_limits.h"
@@ -89,13 +90,18 @@ struct ServerOptions {
   int reasoning_budget = -1;        // --reasoning-budget: -1 unlimited, 0 thinking off, N tokens
   bool metrics = false;             // GET /metrics (Prometheus text), --metrics
   bool slots = true;                // GET /slots, --no-slots turns it off (501)
-  int n_parallel = 1;               // --parallel: reported; requests run one at a time for now
+  // --parallel: the most requests running at once (the backend's sequence slots, set by the
+  // engine: Server::set_engine); here it only sizes the HTTP worker pool.
+  int n_parallel = 1;
 };
 
-// FIFO admission: one request runs, at most `max_queue` wait; the rest are refused.
+// FIFO admission: up to `n_running` requests run (one per sequence slot), at most `max_queue`
+// wait; the rest are refused.
 class EngineGate {
  public:
-  explicit EngineGate(int max_queue) : max_queue_(max_queue) {}
+  explicit EngineGate(int max_queue, int n_running = 1)
+      : max_queue_(max_queue), capacity_(n_running) {}
+  void set_capacity(int n_running);
   // 0 when the queue is full; otherwise a ticket to wait with.
   uint64_t enter();
   // Waits up to `seconds` for the ticket's turn; true when it now holds the engine.
@@ -108,9 +114,10 @@ class EngineGate {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<uint64_t> queue_;
-  bool running_ = false;
+  int running_ = 0;
   uint64_t next_ = 0;
   int max_queue_;
+  int capacity_;
 };
 
 class Server {
@@ -125,7 +132,9 @@ class Server {
   // While loading: what the GGUF header said (n_ctx, chat template, recommended sampling);
   // /props and /v1/models answer from it.
   void set_model_info(ModelInfo info);
-  // Installs the loaded engine; `chat_template` is shown in /props.
+  // Installs the loaded engine; `chat_template` is shown in /props. A backend of several sequence
+  // slots (-np S > 1) serves S requests at once through a runtime::Scheduler over it; one slot
+  // runs requests one at a time through the engine itself.
   void set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template);
   // Speculative decoding (--mtp): requests without a constraint draft with `drafter` (over the
   // engine's backend), up to draft_max tokens a round. Call before set_engine.
@@ -142,6 +151,9 @@ class Server {
   int n_connections() const;  // open client connections
   bool ready() const { return ready_.load(); }
   runtime::Engine* engine() { return engine_.get(); }
+  runtime::Scheduler* scheduler() { return scheduler_.get(); }
+  int n_slots() const;
+  int n_busy_slots() const;  // slots whose request has not ended
 
   struct Job;
 
@@ -174,6 +186,7 @@ class Server {
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::unique_ptr<runtime::Engine> engine_;
+  std::unique_ptr<runtime::Scheduler> scheduler_;  // -np > 1: runs the requests over the slots
   std::unique_ptr<runtime::DraftSource> drafter_;  // set_drafter's
   int draft_max_ = 8;
   mutable std::mutex info_mu_;
@@ -190,6 +203,7 @@ class Server {
   std::atomic<int> slot_n_decoded_{0};
   std::atomic<int> slot_max_tokens_{-1};
   std::atomic<uint64_t> slot_task_{0};
+  std::atomic<int> slot_n_cached_{0};   // the engine's cached tokens after the last request
   mutable std::mutex slot_mu_;
   nlohmann::json slot_params_;   // guarded by slot_mu_
 
@@ -197,10 +211,12 @@ class Server {
   // scrape, as llama-server's gauges do.
   struct Metrics {
     uint64_t prompt_tokens = 0, prompt_tokens_cached = 0, tokens_predicted = 0, n_decode = 0;
+    uint64_t reuse_hits = 0;
     double prompt_seconds = 0, predicted_seconds = 0;
     int n_tokens_max = 0;
     uint64_t bucket_prompt_tokens = 0, bucket_predicted = 0;
     double bucket_prompt_seconds = 0, bucket_predicted_seconds = 0;
+    double bucket_start = 0;  // when the bucket started (wall clock): aggregate tok/s
   };
   std::mutex metrics_mu_;
   Metrics metrics_;              // guarded by metrics_mu_

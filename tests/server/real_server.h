@@ -29,11 +29,13 @@ struct RealServer {
 };
 
 // `wrap` may wrap the CPU backend (a counting one); `setup` runs with the engine before it is
-// installed (a drafter's set_drafter). Failures are fatal to the calling test.
+// installed (a drafter's set_drafter); n_slots: the backend's sequence slots (-np); `options`
+// may change the server's options. Failures are fatal to the calling test.
 inline void start_real_server(
     RealServer& s,
     const std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>& wrap = {},
-    const std::function<void(server::Server&, runtime::Engine&)>& setup = {}) {
+    const std::function<void(server::Server&, runtime::Engine&)>& setup = {}, int n_slots = 1,
+    const std::function<void(server::ServerOptions&)>& options = {}) {
   const std::string path = fixture("tiny-q4_0.gguf");
   GEM_REQUIRE_FIXTURE(path);
   auto m = model::load_model(path);
@@ -43,6 +45,7 @@ inline void start_real_server(
   BackendOptions bo;
   bo.n_ctx = 512;
   bo.n_threads = 2;
+  bo.n_slots = n_slots;
   auto cpu = cpu::make_cpu_backend(**m, bo);
   ASSERT_TRUE(cpu.ok()) << cpu.message();
   std::unique_ptr<Backend> backend = std::move(cpu).value();
@@ -52,6 +55,8 @@ inline void start_real_server(
   o.port = 0;
   o.model_name = "gem-test";
   o.model_path = path;
+  o.n_parallel = n_slots;
+  if (options) options(o);
   s.server = std::make_unique<server::Server>(o);
   ASSERT_TRUE(s.server->bind().ok());
   s.port = s.server->port();

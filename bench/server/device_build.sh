@@ -1,0 +1,17 @@
+# Sourced by the bench/server/h200_*.sh scripts (after `log` is defined, with $OUT set): starts
+# llama-server's CUDA build in the background when .device/llama.cpp is carried and WITH_LLAMA is
+# not 0 (llama_pid: wait for it before using /tmp/llama-build/bin/llama-server), and builds gem
+# with CUDA into build-dev unless GEM names a gem built already (bench/cuda/h200_batched.sh).
+if [ -d .device/llama.cpp ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
+  (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
+     -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&
+   cmake --build /tmp/llama-build -j10 --target llama-server >/tmp/llama-build.log 2>&1) &
+  llama_pid=$!
+fi
+if [ -z "${GEM:-}" ]; then
+  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
+    -DGEM_BUILD_TESTS=OFF -DGEM_WERROR=OFF >"$OUT/gem-build.log" 2>&1 &&
+    cmake --build build-dev -j6 --target gem >>"$OUT/gem-build.log" 2>&1 || { log "gem build failed"; exit 1; }
+  GEM=build-dev/bin/gem
+fi

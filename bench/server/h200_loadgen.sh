@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 24's load test on the GPU machine (run from the repository root there; carry
+# .device/deps and .device/llama.cpp, made by bench/cuda/make_device_dir.sh): for each of
+# $MODELS (default "12b 31b", `gem synth` files), bench/server/loadgen.py at $CLIENTS (default
+# 1,4,8,16,32) concurrent streaming clients against `gem serve -np 32` and, with WITH_LLAMA=1
+# (the default when .device/llama.cpp exists), against llama-server (-np 32, the same context per
+# slot: -c 32*CTX, flash attention on, KV f16) on the same file; then the agent scenario
+# (a ~30K-token main conversation whose turns alternate with 4 subagent requests) against
+# `gem serve` at -np 1 (today's behaviour) and at the default -np, and llama-server -np 8
+# (the same context per slot).
+#   bash bench/server/h200_loadgen.sh        (logs and JSON in $OUT or /tmp/gem-out)
+# Quick: MODELS=12b CLIENTS=1,8 REQS=1 bash bench/server/h200_loadgen.sh
+set -u
+OUT=${OUT:-/tmp/gem-out}
+mkdir -p "$OUT"
+source bench/cuda/device_deps.sh
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/loadgen.txt"; }
+CTX=${CTX:-4096}         # context per slot for the throughput table (prompt 512 + gen 128 fit)
+NP=${NP:-32}             # slots: the most clients of the table
+CLIENTS=${CLIENTS:-1,4,8,16,32}
+REQS=${REQS:-2}          # requests per client at each count
+PROMPT=${PROMPT:-512}
+GEN=${GEN:-128}
+M=/tmp/models
+PORT=8091
+mkdir -p $M
+source bench/server/device_build.sh  # llama_pid, GEM
+
+serve() {  # label, then the server command: starts it, waits for /health
+  local label=$1; shift
+  "$@" > "$OUT/server_$label.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 900); do curl -sf http://127.0.0.1:$PORT/health >/dev/null && return 0; sleep 1; done
+  log "$label: server did not come up"; return 1
+}
+stop() { kill $server_pid; wait $server_pid 2>/dev/null; }
+load() {  # label
+  python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --clients $CLIENTS --requests $REQS \
+    --prompt $PROMPT --gen $GEN --label "$1" --json "$OUT/load_$1.json" 2>&1 | tee -a "$OUT/loadgen.txt"
+  curl -s http://127.0.0.1:$PORT/metrics > "$OUT/metrics_$1.txt" || true
+}
+agent() {  # label
+  python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --agent --main 30000 --turns 4 \
+    --subagents 4 --label "$1" --json "$OUT/agent_$1.json" 2>&1 | tee -a "$OUT/loadgen.txt"
+}
+
+for p in ${MODELS:-12b 31b}; do
+  [ -f $M/g$p.gguf ] || $GEM synth --profile $p -q -o $M/g$p.gguf
+  log "== $p: throughput, -np $NP, -c $CTX per slot, prompt $PROMPT, gen $GEN, clients $CLIENTS"
+  serve "gem-$p" $GEM serve -m $M/g$p.gguf --backend cuda -np $NP -c $CTX --port $PORT --metrics && {
+    load "gem-$p"; stop; }
+  log "== $p: one client at -np 1 (today's single-stream path)"
+  serve "gem-$p-np1" $GEM serve -m $M/g$p.gguf --backend cuda -np 1 -c $CTX --port $PORT && {
+    CLIENTS=1 load "gem-$p-np1"; stop; }
+  if [ -n "${llama_pid:-}" ]; then
+    wait $llama_pid
+    serve "llama-$p" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 -ctv f16 \
+      -np $NP -c $((CTX * NP)) --port $PORT --metrics && { load "llama-$p"; stop; }
+  fi
+  log "== $p: agent scenario (30K main conversation, 4 subagents between turns), -c 40960 per slot"
+  serve "gem-$p-agent-np1" $GEM serve -m $M/g$p.gguf --backend cuda -np 1 -c 40960 --port $PORT && {
+    agent "gem-$p-agent-np1"; stop; }
+  serve "gem-$p-agent" $GEM serve -m $M/g$p.gguf --backend cuda -c 40960 --port $PORT --metrics && {
+    agent "gem-$p-agent-default-np"; stop; }
+  if [ -n "${llama_pid:-}" ]; then
+    serve "llama-$p-agent" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 \
+      -ctv f16 -np 8 -c $((40960 * 8)) --port $PORT && { agent "llama-$p-agent-np8"; stop; }
+  fi
+done
+log done

@@ -1,0 +1,186 @@
+// The request steps the Engine and the Scheduler share (generation.h).
+#include "runtime/generation.h"
+
+#include <algorithm>
+#include <ctime>
+#include <random>
+
+#include "base/timer.h"
+
+namespace gem::runtime {
+
+Status check_prompt(int n_prompt, int n_ctx) {
+  if (n_prompt == 0) return errorf("empty prompt: at least one token (<bos>) is required");
+  if (n_prompt >= n_ctx) {
+    return errorf("request (%d tokens) exceeds the available context size (%d tokens), try "
+                  "increasing it",
+                  n_prompt, n_ctx);
+  }
+  return ok_status();
+}
+
+uint64_t resolve_seed(uint64_t seed) {
+  if (seed != 0xFFFFFFFFu) return seed;
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+ReusePlan plan_reuse(std::span<const int32_t> cached, bool has_logits,
+                     const GenerateRequest& request) {
+  const std::vector<int32_t>& prompt = request.prompt;
+  const int n = static_cast<int>(prompt.size());
+  ReusePlan plan;
+  plan.identical = !cached.empty() && has_logits && prompt.size() == cached.size() &&
+                   std::equal(cached.begin(), cached.end(), prompt.begin());
+  plan.extends = !cached.empty() && prompt.size() > cached.size() &&
+                 std::equal(cached.begin(), cached.end(), prompt.begin());
+  plan.start = plan.identical || plan.extends ? static_cast<int>(cached.size()) : 0;
+  // The checkpoint can be neither before what is already cached (the rings cannot be rewound
+  // past the open checkpoint) nor past the prompt.
+  const int boundary = request.n_history < 0 ? n : std::clamp(request.n_history, 1, n);
+  plan.boundary = std::max(boundary, plan.start);
+  return plan;
+}
+
+int reusable_prefix(std::span<const int32_t> cached, bool has_logits,
+                    const GenerateRequest& request) {
+  const ReusePlan plan = plan_reuse(cached, has_logits, request);
+  return plan.start;
+}
+
+int32_t draw_on_host(std::span<const float> logits, const GenerateRequest& request,
+                     std::span<const int32_t> history, std::span<const int32_t> generated,
+                     double coin, std::vector<float>& scratch) {
+  if (!request.constraint) return sample_token(logits, request.sampling, history, coin);
+  scratch.assign(logits.begin(), logits.end());
+  const int32_t forced = request.constraint(std::span<float>(scratch), generated);
+  return forced >= 0 ? forced : sample_token(scratch, request.sampling, history, coin);
+}
+
+bool emit_token(int32_t token, bool eog, int n_ctx, const GenerateRequest& request,
+                const GenerateCallbacks& cb, std::vector<int32_t>& history, GenerateResult& result) {
+  history.push_back(token);
+  result.n_generated++;
+  bool keep_going = true;
+  if (cb.on_token) {
+    const double t0 = now_seconds(), c0 = thread_cpu_seconds();
+    keep_going = cb.on_token(token);
+    result.callback_seconds += now_seconds() - t0;
+    result.callback_cpu_seconds += thread_cpu_seconds() - c0;
+  }
+  if (request.stop_at_eog && eog) {
+    result.finish = FinishReason::kEog;
+    return false;
+  }
+  if (!keep_going) {
+    result.finish = FinishReason::kStoppedByCaller;
+    return false;
+  }
+  if (request.max_tokens >= 0 && result.n_generated >= request.max_tokens) {
+    result.finish = FinishReason::kLength;  // no eval for a token nothing will follow
+    return false;
+  }
+  if (static_cast<int>(request.prompt.size()) + result.n_generated >= n_ctx) {
+    // The sequence fills the context: the token just emitted has no position to go to.
+    result.finish = FinishReason::kContextFull;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace gem::runtime
+
+namespace gem::runtime {
+
+Speculation::Speculation(const GenerateRequest& request, Rng& rng,
+                         const std::vector<int32_t>& history)
+    : request_(request), rng_(rng), history_(history),
+      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max) {}
+
+int32_t Speculation::choose(std::span<const float> row) {
+  return sample_token(row, request_.sampling, history_, sampled_ ? rng_.next_double() : 0.0);
+}
+
+bool Speculation::verify(std::span<const float> row, int32_t d, int32_t* next) {
+  if (!sampled_) {
+    *next = choose(row);
+    return *next == d;
+  }
+  const std::vector<std::pair<int32_t, float>> dist =
+      sampling_distribution(row, request_.sampling, history_);
+  float p_d = 0.0f;
+  for (const auto& [id, p] : dist) {
+    if (id == d) p_d = p;
+  }
+  if (rng_.next_double() < p_d) return true;
+  // Rejected: draw from p without d (the residual max(0, p − q), normalised).
+  const double target = rng_.next_double() * (1.0 - p_d);
+  double acc = 0.0;
+  *next = -1;
+  for (const auto& [id, p] : dist) {
+    if (id == d) continue;
+    *next = id;  // the last one, should rounding leave target beyond the sum
+    acc += p;
+    if (acc > target) break;
+  }
+  return false;
+}
+
+int Speculation::draft_len(int cur, int n_ctx, int n_generated) {
+  int k = std::min(k_cur_, n_ctx - 1 - cur);
+  if (request_.max_tokens >= 0) k = std::min(k, request_.max_tokens - n_generated);
+  if (pause_ > 0) {
+    --pause_;
+    k = 0;
+  }
+  return std::max(0, k);
+}
+
+Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
+                          std::span<const int32_t> drafts, const std::function<bool(int32_t)>& emit,
+                          GenerateResult& result, bool* ended, int32_t* next) {
+  *ended = false;
+  rows_.clear();
+  rows_.push_back({slot, cur, root, true});
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    rows_.push_back({slot, cur + 1 + static_cast<int>(i), drafts[i], true});
+  }
+  GEM_RETURN_IF_ERROR(backend.eval_batch(rows_));
+  const int n_drafts = static_cast<int>(drafts.size());
+  result.n_drafted += n_drafts;
+  int accepted = 0;
+  int32_t bonus = -1;
+  while (accepted < n_drafts && verify(backend.batch_logits(accepted), drafts[accepted], &bonus)) {
+    const int32_t d = drafts[accepted];
+    ++accepted;
+    result.n_draft_accepted++;
+    if (!emit(d)) {
+      *ended = true;
+      return ok_status();
+    }
+  }
+  // Every draft accepted: the last row gives the next token.
+  if (accepted == n_drafts) bonus = choose(backend.batch_logits(accepted));
+  // Keep root and the accepted drafts; the rejected ones leave the cache.
+  if (accepted < n_drafts) GEM_RETURN_IF_ERROR(backend.slot_truncate(slot, cur + 1 + accepted));
+  k_cur_ = accepted == n_drafts ? std::min(request_.draft_max, 2 * k_cur_) : accepted + 1;
+  if (accepted > 0) {
+    misses_ = 0;
+    pause_len_ = 8;
+  } else if (++misses_ >= 2) {
+    misses_ = 0;
+    pause_ = pause_len_;
+    pause_len_ = std::min(256, 2 * pause_len_);
+  }
+  *next = bonus;
+  root_row_ = accepted;
+  return ok_status();
+}
+
+}  // namespace gem::runtime

@@ -1,0 +1,103 @@
+// What the one-sequence Engine and the multi-slot Scheduler share about one request: the prompt
+// checks, the prefix-reuse decision against a sequence's cached tokens, the draw of one token
+// (constraint, host sampling) and the emission of a generated token with its stop rules. Both
+// run the same functions, so a request gives the same tokens whichever of the two serves it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/engine.h"
+
+namespace gem::runtime {
+
+// The request's prompt against the context of one sequence: an error for an empty prompt or one
+// that does not fit (the message names both sizes).
+Status check_prompt(int n_prompt, int n_ctx);
+
+// llama.cpp's LLAMA_DEFAULT_SEED (0xFFFFFFFF) asks for a random seed; any other is used as is.
+uint64_t resolve_seed(uint64_t seed);
+
+double thread_cpu_seconds();
+
+// How a prompt uses a sequence that holds `cached` (its last prompt up to its history boundary,
+// with its last-row logits when has_logits). The reuse is exact: an identical prompt replays the
+// kept logits; a prompt that strictly extends the cached tokens evaluates only the rest; any
+// other starts over (the sliding rings cannot be rewound to an arbitrary position).
+struct ReusePlan {
+  bool identical = false;  // nothing to evaluate: draw the first token from the kept logits
+  bool extends = false;    // start = cached.size()
+  int start = 0;           // first prompt position to evaluate (0: reset the sequence first)
+  int boundary = 0;        // the history boundary: the checkpoint goes there (start <= it <= n)
+};
+ReusePlan plan_reuse(std::span<const int32_t> cached, bool has_logits,
+                     const GenerateRequest& request);
+
+// Prompt tokens of `prompt` that `cached` could serve under plan_reuse (its size when it is a
+// prefix the prompt extends or equals, else 0): the slot choice's score.
+int reusable_prefix(std::span<const int32_t> cached, bool has_logits,
+                    const GenerateRequest& request);
+
+// Draws one token from `logits` with the request's constraint (on a mutable copy, `scratch`) or
+// on the host: the constraint may force a token or mask the row first.
+int32_t draw_on_host(std::span<const float> logits, const GenerateRequest& request,
+                     std::span<const int32_t> history, std::span<const int32_t> generated,
+                     double coin, std::vector<float>& scratch);
+
+// Hands one generated token out: history, count, the caller's callback (timed), then the stop
+// checks in order: end of generation (`eog`: the token is one and the request stops there), the
+// caller, max_tokens, a full context (n_ctx). false when generation ends after it (result.finish
+// says why).
+bool emit_token(int32_t token, bool eog, int n_ctx, const GenerateRequest& request,
+                const GenerateCallbacks& cb, std::vector<int32_t>& history, GenerateResult& result);
+
+}  // namespace gem::runtime
+
+namespace gem::runtime {
+
+// Speculative decoding of one sequence (Engine's decode loop with a drafter, and the Scheduler's
+// rounds while one slot generates). Each round evaluates the root (the last token emitted, not yet
+// in the cache, at position cur) and the drafts as one eval_batch on `slot`; row i's logits are
+// the target's own choice after root, d_1..d_i, so d_{i+1} is accepted while it equals that
+// choice (sampled requests: speculative rejection sampling with the drafts as certain proposals,
+// so every token is distributed as plain sampling draws it), and the first row that disagrees
+// gives the next root (the bonus token). The rejected drafts leave the cache (slot_truncate).
+//
+// Adaptation: the draft length follows acceptance (doubling after a fully accepted round, the
+// accepted count plus one after a partial one); two rounds in a row with nothing accepted pause
+// drafting for `pause_len` tokens (doubling up to 256 while probes keep failing), so a drafter
+// that is rarely right costs a probe now and then.
+class Speculation {
+ public:
+  // `history` (prompt + emitted tokens, what the penalties look at) and `rng` must outlive it.
+  Speculation(const GenerateRequest& request, Rng& rng, const std::vector<int32_t>& history);
+  // A token from `row` as this request draws it (greedy, or sampled with the next coin).
+  int32_t choose(std::span<const float> row);
+  // Drafts to ask for at the root's position `cur` (0: none this time: paused, or no room).
+  int draft_len(int cur, int n_ctx, int n_generated);
+  // One verification round of `drafts` (non-empty) after `root`. `emit` hands out each accepted
+  // draft (false: generation ended, *ended = true). Otherwise *next is the new root (chosen,
+  // not yet emitted) and root_row() the row of the last eval_batch it came from.
+  Status round(Backend& backend, int slot, int32_t root, int cur, std::span<const int32_t> drafts,
+               const std::function<bool(int32_t)>& emit, GenerateResult& result, bool* ended,
+               int32_t* next);
+  // The batch row the root was chosen from (-1: the last row of the last eval), for propose().
+  int root_row() const { return root_row_; }
+  void set_root_row(int row) { root_row_ = row; }
+
+ private:
+  bool verify(std::span<const float> row, int32_t d, int32_t* next);
+
+  const GenerateRequest& request_;
+  Rng& rng_;
+  const std::vector<int32_t>& history_;
+  bool sampled_;
+  int k_cur_, misses_ = 0, pause_ = 0, pause_len_ = 8;
+  int root_row_ = -1;
+  std::vector<BatchRow> rows_;
+};
+
+}  // namespace gem::runtime

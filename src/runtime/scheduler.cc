@@ -1,0 +1,536 @@
+// Scheduler (scheduler.h): admission to slots, the step (one eval_batch: decode rows and one
+// prompt chunk), sampling, emission and the per-slot prefix cache.
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "base/log.h"
+#include "base/timer.h"
+#include "runtime/generation.h"
+
+namespace gem::runtime {
+
+struct Scheduler::Task {
+  const GenerateRequest* request = nullptr;
+  const GenerateCallbacks* cb = nullptr;
+  uint64_t id = 0;
+  GenerateResult result;
+  Status status;
+  bool done = false;  // guarded by Scheduler::mu_
+};
+
+struct Scheduler::Slot {
+  enum class Phase { kIdle, kPrefill, kDecode };
+  int id = 0;
+  // The prefix cache kept between requests (as Engine's cached_ / cached_logits_).
+  std::vector<int32_t> cached;
+  std::vector<float> cached_logits;
+  uint64_t last_used = 0;  // LRU stamp
+  uint64_t n_reused = 0;
+  // The request running here.
+  Task* task = nullptr;
+  Phase phase = Phase::kIdle;
+  ReusePlan plan;
+  int done = 0;                  // prompt positions in the cache
+  int next_log = 0;              // progress log position
+  std::vector<int32_t> history;  // prompt + generated: what the penalties look at
+  std::vector<int32_t> generated;
+  std::optional<Rng> rng;
+  int32_t pending = -1;          // the last token emitted, not yet in the cache
+  bool first = true;             // the next draw is the first token (from the prompt's row)
+  int logit_row = -1;            // this step's batch_logits row, -1: none
+  double t_start = 0, t_decode = 0;
+  std::optional<Speculation> spec;  // with a drafter: its rounds' state
+  // After the request ended in this step: roll back to the boundary, or start over. Applied once
+  // every row of the step has been drawn (a slot's restore drops the batch's logits rows).
+  bool release_rollback = false, release_clear = false;
+};
+
+Scheduler::Scheduler(Backend& backend, std::function<bool(int32_t)> is_eog)
+    : backend_(backend), is_eog_(std::move(is_eog)),
+      chunk_(std::max(1, backend.options().n_tile)) {
+  const int n = std::max(1, backend.options().n_slots);
+  for (int i = 0; i < n; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->id = i;
+  }
+  publish();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Result<GenerateResult> Scheduler::generate(const GenerateRequest& request,
+                                           const GenerateCallbacks& cb) {
+  GEM_RETURN_IF_ERROR(check_prompt(static_cast<int>(request.prompt.size()), n_ctx()));
+  Task task;
+  task.request = &request;
+  task.cb = &cb;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stop_) return errorf("scheduler: stopped, the request was not run");
+  task.id = next_task_++;
+  stats_.n_requests++;
+  waiting_.push_back(&task);
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return task.done; });
+  if (!task.status.ok()) return task.status;
+  return task.result;
+}
+
+std::vector<SlotInfo> Scheduler::slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return info_;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats s = stats_;
+  s.n_waiting = static_cast<int>(waiting_.size());
+  return s;
+}
+
+void Scheduler::publish() {
+  std::vector<SlotInfo> info;
+  for (const auto& s : slots_) {
+    SlotInfo i;
+    i.id = s->id;
+    i.n_ctx = n_ctx();
+    i.busy = s->task != nullptr;
+    i.prefill = s->phase == Slot::Phase::kPrefill;
+    i.n_cached = static_cast<int>(s->cached.size());
+    i.n_past = backend_.slot_n_past(s->id);
+    i.n_reused = s->n_reused;
+    if (s->task != nullptr) {
+      i.task = s->task->id;
+      i.n_prompt = static_cast<int>(s->task->request->prompt.size());
+      i.n_decoded = s->task->result.n_generated;
+      i.max_tokens = s->task->request->max_tokens;
+    }
+    info.push_back(i);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // Keep what an idle slot last ran (its task, prompt and decoded counts).
+  for (size_t k = 0; k < info.size() && k < info_.size(); ++k) {
+    if (!info[k].busy) {
+      info[k].task = info_[k].task;
+      info[k].n_prompt = info_[k].n_prompt;
+      info[k].n_decoded = info_[k].n_decoded;
+      info[k].max_tokens = info_[k].max_tokens;
+    }
+  }
+  info_ = std::move(info);
+}
+
+int Scheduler::choose_slot_locked(const GenerateRequest& request) {
+  int best = -1, best_len = 0, empty = -1, lru = -1;
+  for (const auto& s : slots_) {
+    if (s->task != nullptr) continue;
+    const int len = reusable_prefix(s->cached, !s->cached_logits.empty(), request);
+    if (len > best_len) {
+      best = s->id;
+      best_len = len;
+    }
+    if (s->cached.empty() && empty < 0) empty = s->id;
+    if (lru < 0 || s->last_used < slots_[lru]->last_used) lru = s->id;
+  }
+  if (best >= 0) return best;
+  return empty >= 0 ? empty : lru;
+}
+
+void Scheduler::admit_locked() {
+  while (!waiting_.empty()) {
+    const int s = choose_slot_locked(*waiting_.front()->request);
+    if (s < 0) return;
+    slots_[s]->task = waiting_.front();
+    slots_[s]->phase = Slot::Phase::kPrefill;  // start() decides what it evaluates
+    slots_[s]->done = -1;                      // not started
+    waiting_.pop_front();
+  }
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto busy = [&] {
+        for (const auto& s : slots_) {
+          if (s->task != nullptr) return true;
+        }
+        return false;
+      };
+      cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || busy(); });
+      if (stop_ && waiting_.empty() && !busy()) return;
+      if (stop_) {
+        // Callers still waiting are told so; running requests finish first.
+        for (Task* t : waiting_) {
+          t->status = errorf("scheduler: stopped, the request was not run");
+          t->done = true;
+        }
+        waiting_.clear();
+        cv_.notify_all();
+      }
+      admit_locked();
+    }
+    for (const auto& s : slots_) {
+      if (s->task != nullptr && s->done < 0) start(*s);
+    }
+    step();
+    publish();
+  }
+}
+
+void Scheduler::start(Slot& slot) {
+  const GenerateRequest& request = *slot.task->request;
+  const GenerateCallbacks& cb = *slot.task->cb;
+  GenerateResult& result = slot.task->result;
+  const int n = static_cast<int>(request.prompt.size());
+  result.n_prompt = n;
+  slot.t_start = now_seconds();
+  slot.last_used = ++clock_;
+  slot.plan = plan_reuse(slot.cached, !slot.cached_logits.empty(), request);
+  slot.spec.reset();
+  slot.history = request.prompt;
+  slot.generated.clear();
+  slot.rng.emplace(resolve_seed(request.sampling.seed));
+  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint) {
+    slot.spec.emplace(request, *slot.rng, slot.history);
+  }
+  slot.first = true;
+  slot.pending = -1;
+  slot.logit_row = -1;
+  if (slot.plan.start > 0) {
+    slot.n_reused++;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.n_reuse_hits++;
+  } else if (!slot.cached.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.n_evictions++;
+  }
+  if (!slot.plan.identical && !slot.plan.extends) clear(slot);
+  slot.done = slot.plan.start;
+  slot.next_log = (slot.done / Engine::kProgressLogStep + 1) * Engine::kProgressLogStep;
+  result.n_cached = slot.plan.identical ? n : slot.plan.start;
+  if (cb.on_prompt_progress && !cb.on_prompt_progress(result.n_cached, n)) {
+    result.finish = FinishReason::kCancelledInPrompt;
+    finish(slot, ok_status());
+    return;
+  }
+  if (slot.plan.identical) {
+    // Nothing to evaluate: the kept logits give the first token (drawn at the next step).
+    slot.phase = Slot::Phase::kDecode;
+    result.prompt_seconds = now_seconds() - slot.t_start;
+    slot.t_decode = now_seconds();
+    if (request.max_tokens == 0) {
+      result.finish = FinishReason::kLength;
+      finish(slot, ok_status());
+    }
+    return;
+  }
+  slot.phase = Slot::Phase::kPrefill;
+}
+
+void Scheduler::clear(Slot& slot) {
+  backend_.slot_reset(slot.id);
+  slot.cached.clear();
+  slot.cached_logits.clear();
+}
+
+void Scheduler::rollback(Slot& slot) {
+  backend_.slot_restore(slot.id);
+  // A backend that could not keep its checkpoint drops the slot's cache: so does the slot.
+  if (backend_.slot_n_past(slot.id) != static_cast<int>(slot.cached.size())) clear(slot);
+}
+
+void Scheduler::finish(Slot& slot, Status status) {
+  Task* task = slot.task;
+  if (slot.phase == Slot::Phase::kDecode && task->result.finish != FinishReason::kCancelledInPrompt) {
+    task->result.decode_seconds = now_seconds() - slot.t_decode;
+  }
+  slot.task = nullptr;
+  slot.phase = Slot::Phase::kIdle;
+  slot.done = 0;
+  slot.last_used = ++clock_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // slots() shows the slot idle before the caller can answer its client.
+    SlotInfo& info = info_[static_cast<size_t>(slot.id)];
+    info.busy = info.prefill = false;
+    info.n_decoded = task->result.n_generated;
+    task->status = std::move(status);
+    task->done = true;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::emit(Slot& slot, int32_t token) {
+  const GenerateRequest& request = *slot.task->request;
+  GenerateResult& result = slot.task->result;
+  slot.generated.push_back(token);
+  if (emit_token(token, is_eog_(token), n_ctx(), request, *slot.task->cb, slot.history, result)) {
+    slot.pending = token;
+    return;
+  }
+  // Roll back to the history boundary: neither the generated tokens nor the generation prompt
+  // after it leak into the slot's next request.
+  slot.release_rollback = true;
+  finish(slot, ok_status());
+}
+
+void Scheduler::apply_releases() {
+  for (const auto& s : slots_) {
+    if (s->release_clear) {
+      clear(*s);
+    } else if (s->release_rollback) {
+      rollback(*s);
+    }
+    s->release_clear = s->release_rollback = false;
+  }
+}
+
+void Scheduler::step() {
+  // Speculative decoding while one request runs alone (scheduler.h).
+  {
+    Slot* alone = nullptr;
+    int n_busy = 0;
+    for (const auto& s : slots_) {
+      if (s->task == nullptr) continue;
+      ++n_busy;
+      if (s->phase == Slot::Phase::kDecode && !s->first) alone = s.get();
+    }
+    if (n_busy == 1 && alone != nullptr && alone->id == kSoloSlot && stats().n_waiting == 0) {
+      if (alone->spec && draft_round(*alone)) return;
+      solo_step(*alone);
+      return;
+    }
+  }
+  std::vector<BatchRow> rows;
+  std::vector<Slot*> in_batch;
+  int n_logits = 0;
+  int n_decoding = 0;
+  for (const auto& s : slots_) {
+    s->logit_row = -1;
+    if (s->task != nullptr && s->phase == Slot::Phase::kDecode) ++n_decoding;
+  }
+  // Decode rows: one per generating slot whose next token is already known (a slot whose first
+  // token comes from kept logits draws it below, without a row).
+  for (const auto& s : slots_) {
+    if (s->task == nullptr || s->phase != Slot::Phase::kDecode || s->first) continue;
+    const int pos = static_cast<int>(s->task->request->prompt.size()) +
+                    s->task->result.n_generated - 1;
+    rows.push_back({s->id, pos, s->pending, true});
+    s->logit_row = n_logits++;
+    in_batch.push_back(s.get());
+  }
+  // One chunk of the oldest request in prefill.
+  Slot* pre = nullptr;
+  for (const auto& s : slots_) {
+    if (s->task == nullptr || s->phase != Slot::Phase::kPrefill) continue;
+    if (pre == nullptr || s->task->id < pre->task->id) pre = s.get();
+  }
+  int pre_end = 0, seg_end = 0;
+  if (pre != nullptr) {
+    const std::vector<int32_t>& prompt = pre->task->request->prompt;
+    const int n = static_cast<int>(prompt.size());
+    seg_end = pre->done < pre->plan.boundary ? pre->plan.boundary : n;
+    pre_end = std::min(pre->done + chunk_, seg_end);
+    for (int p = pre->done; p < pre_end; ++p) {
+      rows.push_back({pre->id, p, prompt[static_cast<size_t>(p)], p == seg_end - 1});
+    }
+    if (pre_end == seg_end) pre->logit_row = n_logits++;
+    in_batch.push_back(pre);
+  }
+
+  if (!rows.empty()) {
+    const Status st = backend_.eval_batch(rows);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.n_steps++;
+      stats_.n_step_rows += rows.size();
+      stats_.n_decode_rows += static_cast<uint64_t>(rows.size()) -
+                              static_cast<uint64_t>(pre != nullptr ? pre_end - pre->done : 0);
+    }
+    if (!st.ok()) {
+      // The batch's requests fail; their slots start over. Slots not in it go on.
+      for (Slot* s : in_batch) {
+        clear(*s);
+        finish(*s, st.with_context(s == pre ? "prompt evaluation: " : "generation: "));
+      }
+      return;
+    }
+  }
+
+  if (pre != nullptr) {
+    const GenerateRequest& request = *pre->task->request;
+    const GenerateCallbacks& cb = *pre->task->cb;
+    GenerateResult& result = pre->task->result;
+    const int n = static_cast<int>(request.prompt.size());
+    const int from = pre->done;
+    pre->done = pre_end;
+    if (pre->done >= pre->next_log && pre->done < n) {
+      GEM_LOG_INFO("prompt (slot %d): %d/%d tokens", pre->id, pre->done, n);
+      pre->next_log = (pre->done / Engine::kProgressLogStep + 1) * Engine::kProgressLogStep;
+    }
+    if (cb.on_prompt_progress && !cb.on_prompt_progress(pre->done, n)) {
+      // Before the boundary's checkpoint: the slot goes back as if the request had not run.
+      // After it: back to the boundary, the new history stays cached (Engine's rules).
+      const bool past_boundary = from >= pre->plan.boundary;
+      if (past_boundary || pre->plan.extends) {
+        pre->release_rollback = true;
+      } else {
+        pre->release_clear = true;
+      }
+      result.finish = FinishReason::kCancelledInPrompt;
+      result.prompt_seconds = now_seconds() - pre->t_start;
+      finish(*pre, ok_status());
+      pre = nullptr;
+    } else if (pre_end == seg_end) {
+      if (seg_end == pre->plan.boundary) {
+        backend_.slot_checkpoint(pre->id);
+        const std::span<const float> row = backend_.batch_logits(pre->logit_row);
+        pre->cached_logits.assign(row.begin(), row.end());
+        pre->cached.assign(request.prompt.begin(), request.prompt.begin() + pre->plan.boundary);
+        result.n_evaluated += pre->plan.boundary - pre->plan.start;
+      } else {
+        result.n_evaluated += n - pre->plan.boundary;
+      }
+      if (seg_end == n) {
+        pre->phase = Slot::Phase::kDecode;
+        result.prompt_seconds = now_seconds() - pre->t_start;
+        pre->t_decode = now_seconds();
+        if (request.max_tokens == 0) {
+          result.finish = FinishReason::kLength;
+          pre->release_rollback = true;
+          finish(*pre, ok_status());
+          pre = nullptr;
+        }
+      }
+    }
+  }
+
+  // Draws: every generating slot with a logits row this step, and those whose first token comes
+  // from kept logits.
+  struct Draw {
+    Slot* slot;
+    double coin;
+    std::span<const float> row;  // host logits (empty: batch_logits(slot->logit_row))
+  };
+  std::vector<Draw> draws;
+  for (const auto& s : slots_) {
+    if (s->task == nullptr || s->phase != Slot::Phase::kDecode) continue;
+    if (s->logit_row < 0 && !s->first) continue;
+    Draw d{s.get(), s->rng->next_double(), {}};
+    if (s->logit_row < 0) d.row = s->cached_logits;  // identical replay or prompt ending at a kept boundary
+    draws.push_back(d);
+  }
+  if (draws.empty()) {
+    apply_releases();
+    return;
+  }
+  // The device samples what it can: rows with neither a constraint nor a first token (the first
+  // is drawn on the host, as Engine does).
+  std::vector<Backend::BatchSample> reqs(static_cast<size_t>(n_logits));
+  bool any_device = false;
+  for (const Draw& d : draws) {
+    const GenerateRequest& request = *d.slot->task->request;
+    if (d.slot->logit_row < 0 || d.slot->first || request.constraint) continue;
+    Backend::BatchSample& b = reqs[static_cast<size_t>(d.slot->logit_row)];
+    b.params = &request.sampling;
+    b.history = d.slot->history;
+    b.coin = d.coin;
+    any_device = true;
+  }
+  std::vector<std::optional<int32_t>> picked;
+  if (any_device) picked = backend_.sample_batch(reqs);
+  std::vector<float> scratch;
+  for (const Draw& d : draws) {
+    Slot& s = *d.slot;
+    const GenerateRequest& request = *s.task->request;
+    int32_t token = -1;
+    const size_t row = static_cast<size_t>(s.logit_row);
+    if (s.logit_row >= 0 && row < picked.size() && picked[row] && reqs[row].params != nullptr) {
+      token = *picked[row];
+    } else {
+      const std::span<const float> logits =
+          s.logit_row >= 0 ? backend_.batch_logits(s.logit_row) : d.row;
+      token = draw_on_host(logits, request, s.history, s.generated, d.coin, scratch);
+    }
+    s.first = false;
+    if (s.spec) s.spec->set_root_row(s.logit_row);
+    emit(s, token);
+  }
+  apply_releases();
+}
+
+void Scheduler::solo_step(Slot& slot) {
+  const GenerateRequest& request = *slot.task->request;
+  const int32_t one[1] = {slot.pending};
+  const Status st = backend_.eval(std::span<const int32_t>(one, 1), /*all_logits=*/false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.n_steps++;
+    stats_.n_step_rows++;
+    stats_.n_decode_rows++;
+  }
+  if (!st.ok()) {
+    clear(slot);
+    finish(slot, st.with_context("generation: "));
+    return;
+  }
+  const double coin = slot.rng->next_double();
+  std::optional<int32_t> token;
+  if (!request.constraint) token = backend_.sample(request.sampling, slot.history, coin);
+  if (!token) {
+    std::vector<float> scratch;
+    token = draw_on_host(backend_.logits(-1), request, slot.history, slot.generated, coin, scratch);
+  }
+  if (slot.spec) slot.spec->set_root_row(-1);
+  emit(slot, *token);
+  apply_releases();
+}
+
+bool Scheduler::draft_round(Slot& slot) {
+  const GenerateRequest& request = *slot.task->request;
+  GenerateResult& result = slot.task->result;
+  const int cur = static_cast<int>(request.prompt.size()) + result.n_generated - 1;
+  const int k = slot.spec->draft_len(cur, n_ctx(), result.n_generated);
+  std::vector<int32_t> drafts =
+      k > 0 ? request.drafter->propose(slot.pending, cur, slot.spec->root_row(), k)
+            : std::vector<int32_t>{};
+  if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
+  if (drafts.empty()) return false;  // a plain step instead
+  auto emit_one = [&](int32_t token) {
+    slot.generated.push_back(token);
+    return emit_token(token, is_eog_(token), n_ctx(), request, *slot.task->cb, slot.history,
+                      result);
+  };
+  bool ended = false;
+  int32_t next = -1;
+  const Status st =
+      slot.spec->round(backend_, slot.id, slot.pending, cur, drafts, emit_one, result, &ended, &next);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.n_steps++;
+    stats_.n_step_rows += drafts.size() + 1;
+  }
+  if (!st.ok()) {
+    clear(slot);
+    finish(slot, st.with_context("generation: "));
+  } else if (ended) {
+    slot.release_rollback = true;
+    finish(slot, ok_status());
+  } else {
+    emit(slot, next);
+  }
+  apply_releases();
+  return true;
+}
+
+}  // namespace gem::runtime
