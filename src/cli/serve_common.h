@@ -55,7 +55,7 @@ struct ServeArgs {
   std::string chat_template_kwargs;    // JSON object; enable_thinking is the key Gemma reads
   bool metrics = false;                // --metrics: GET /metrics
   bool slots = true;                   // --slots / --no-slots: GET /slots
-  int n_parallel = 0;                  // -np: sequence slots (0: chosen from memory, make_backend_default_slots)
+  int n_parallel = -1;                 // -np: sequence slots (-1: chosen from memory, make_backend_default_slots)
   std::string mtp;                     // --mtp: the MTP assistant GGUF (speculative decoding)
   int draft_max = 8;                   // --draft-max: tokens drafted per round
 

@@ -295,8 +295,17 @@ void Scheduler::apply_releases() {
   }
 }
 
+// One step's batch: the rows, the slots they belong to, and the prompt chunk's extent.
+struct Scheduler::Batch {
+  std::vector<BatchRow> rows;
+  std::vector<Slot*> slots;  // in row order; `pre` last when it has rows
+  Slot* pre = nullptr;       // the request whose prompt chunk is in the batch
+  int pre_end = 0;           // the chunk ends here
+  int seg_end = 0;           // its segment (history, or generation prompt) ends here
+};
+
 void Scheduler::step() {
-  // Speculative decoding while one request runs alone (scheduler.h).
+  // One request alone on kSoloSlot: the single-sequence path, drafting when it can.
   {
     Slot* alone = nullptr;
     int n_busy = 0;
@@ -311,136 +320,103 @@ void Scheduler::step() {
       return;
     }
   }
-  std::vector<BatchRow> rows;
-  std::vector<Slot*> in_batch;
-  int n_logits = 0;
-  int n_decoding = 0;
-  for (const auto& s : slots_) {
-    s->logit_row = -1;
-    if (s->task != nullptr && s->phase == Slot::Phase::kDecode) ++n_decoding;
-  }
+  Batch batch;
   // Decode rows: one per generating slot whose next token is already known (a slot whose first
   // token comes from kept logits draws it below, without a row).
   for (const auto& s : slots_) {
     if (s->task == nullptr || s->phase != Slot::Phase::kDecode || s->first) continue;
     const int pos = static_cast<int>(s->task->request->prompt.size()) +
                     s->task->result.n_generated - 1;
-    rows.push_back({s->id, pos, s->pending, true});
-    s->logit_row = n_logits++;
-    in_batch.push_back(s.get());
+    batch.rows.push_back({s->id, pos, s->pending, true});
+    batch.slots.push_back(s.get());
   }
   // One chunk of the oldest request in prefill.
-  Slot* pre = nullptr;
   for (const auto& s : slots_) {
     if (s->task == nullptr || s->phase != Slot::Phase::kPrefill) continue;
-    if (pre == nullptr || s->task->id < pre->task->id) pre = s.get();
+    if (batch.pre == nullptr || s->task->id < batch.pre->task->id) batch.pre = s.get();
   }
-  int pre_end = 0, seg_end = 0;
-  if (pre != nullptr) {
+  if (Slot* pre = batch.pre) {
     const std::vector<int32_t>& prompt = pre->task->request->prompt;
     const int n = static_cast<int>(prompt.size());
-    seg_end = pre->done < pre->plan.boundary ? pre->plan.boundary : n;
-    pre_end = std::min(pre->done + chunk_, seg_end);
-    for (int p = pre->done; p < pre_end; ++p) {
-      rows.push_back({pre->id, p, prompt[static_cast<size_t>(p)], p == seg_end - 1});
+    batch.seg_end = pre->done < pre->plan.boundary ? pre->plan.boundary : n;
+    batch.pre_end = std::min(pre->done + chunk_, batch.seg_end);
+    for (int p = pre->done; p < batch.pre_end; ++p) {
+      batch.rows.push_back({pre->id, p, prompt[static_cast<size_t>(p)], p == batch.seg_end - 1});
     }
-    if (pre_end == seg_end) pre->logit_row = n_logits++;
-    in_batch.push_back(pre);
+    batch.slots.push_back(pre);
   }
-
-  if (!rows.empty()) {
-    const Status st = backend_.eval_batch(rows);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.n_steps++;
-      stats_.n_step_rows += rows.size();
-      stats_.n_decode_rows += static_cast<uint64_t>(rows.size()) -
-                              static_cast<uint64_t>(pre != nullptr ? pre_end - pre->done : 0);
-    }
-    if (!st.ok()) {
-      // The batch's requests fail; their slots start over. Slots not in it go on.
-      for (Slot* s : in_batch) {
-        clear(*s);
-        finish(*s, st.with_context(s == pre ? "prompt evaluation: " : "generation: "));
+  if (!batch.rows.empty() && !run(batch) && batch.slots.size() > 1) {
+    // The batch failed and nothing of it was evaluated: each slot's rows alone, so that only
+    // the request whose rows fail ends with the error and the others go on unchanged.
+    for (Slot* s : batch.slots) {
+      Batch one;
+      one.slots = {s};
+      for (const BatchRow& r : batch.rows) {
+        if (r.slot == s->id) one.rows.push_back(r);
       }
-      return;
+      if (s == batch.pre) {
+        one.pre = s;
+        one.pre_end = batch.pre_end;
+        one.seg_end = batch.seg_end;
+      }
+      run(one);
     }
   }
-
-  if (pre != nullptr) {
-    const GenerateRequest& request = *pre->task->request;
-    const GenerateCallbacks& cb = *pre->task->cb;
-    GenerateResult& result = pre->task->result;
-    const int n = static_cast<int>(request.prompt.size());
-    const int from = pre->done;
-    pre->done = pre_end;
-    if (pre->done >= pre->next_log && pre->done < n) {
-      GEM_LOG_INFO("prompt (slot %d): %d/%d tokens", pre->id, pre->done, n);
-      pre->next_log = (pre->done / Engine::kProgressLogStep + 1) * Engine::kProgressLogStep;
-    }
-    if (cb.on_prompt_progress && !cb.on_prompt_progress(pre->done, n)) {
-      // Before the boundary's checkpoint: the slot goes back as if the request had not run.
-      // After it: back to the boundary, the new history stays cached (Engine's rules).
-      const bool past_boundary = from >= pre->plan.boundary;
-      if (past_boundary || pre->plan.extends) {
-        pre->release_rollback = true;
-      } else {
-        pre->release_clear = true;
-      }
-      result.finish = FinishReason::kCancelledInPrompt;
-      result.prompt_seconds = now_seconds() - pre->t_start;
-      finish(*pre, ok_status());
-      pre = nullptr;
-    } else if (pre_end == seg_end) {
-      if (seg_end == pre->plan.boundary) {
-        backend_.slot_checkpoint(pre->id);
-        const std::span<const float> row = backend_.batch_logits(pre->logit_row);
-        pre->cached_logits.assign(row.begin(), row.end());
-        pre->cached.assign(request.prompt.begin(), request.prompt.begin() + pre->plan.boundary);
-        result.n_evaluated += pre->plan.boundary - pre->plan.start;
-      } else {
-        result.n_evaluated += n - pre->plan.boundary;
-      }
-      if (seg_end == n) {
-        pre->phase = Slot::Phase::kDecode;
-        result.prompt_seconds = now_seconds() - pre->t_start;
-        pre->t_decode = now_seconds();
-        if (request.max_tokens == 0) {
-          result.finish = FinishReason::kLength;
-          pre->release_rollback = true;
-          finish(*pre, ok_status());
-          pre = nullptr;
-        }
-      }
+  // First tokens from kept logits (an identical prompt): no row.
+  for (const auto& s : slots_) {
+    if (s->task != nullptr && s->phase == Slot::Phase::kDecode && s->first && s->logit_row < 0) {
+      const double coin = s->rng->next_double();
+      std::vector<float> scratch;
+      const int32_t token = draw_on_host(s->cached_logits, *s->task->request, s->history,
+                                         s->generated, coin, scratch);
+      s->first = false;
+      emit(*s, token);
     }
   }
+  apply_releases();
+}
 
-  // Draws: every generating slot with a logits row this step, and those whose first token comes
-  // from kept logits.
+bool Scheduler::run(Batch& batch) {
+  int n_logits = 0;
+  for (Slot* s : batch.slots) s->logit_row = -1;
+  for (const BatchRow& r : batch.rows) {
+    if (r.logits) slots_[static_cast<size_t>(r.slot)]->logit_row = n_logits++;
+  }
+  const Status st = backend_.eval_batch(batch.rows);
+  const int n_prompt_rows = batch.pre != nullptr ? batch.pre_end - batch.pre->done : 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.n_steps++;
+    stats_.n_step_rows += batch.rows.size();
+    stats_.n_decode_rows += batch.rows.size() - static_cast<size_t>(n_prompt_rows);
+  }
+  if (!st.ok()) {
+    for (Slot* s : batch.slots) s->logit_row = -1;
+    if (batch.slots.size() > 1) return false;  // the caller splits the batch
+    Slot& s = *batch.slots.front();
+    clear(s);  // the request fails; its slot starts over
+    finish(s, st.with_context(&s == batch.pre ? "prompt evaluation: " : "generation: "));
+    return false;
+  }
+  if (Slot* pre = batch.pre) advance_prompt(*pre, batch.pre_end, batch.seg_end);
+
+  // Draws: every generating slot with a logits row in this batch. The device samples what it
+  // can: rows with neither a constraint nor a first token (the first is drawn on the host, as
+  // Engine does).
   struct Draw {
     Slot* slot;
     double coin;
-    std::span<const float> row;  // host logits (empty: batch_logits(slot->logit_row))
   };
   std::vector<Draw> draws;
-  for (const auto& s : slots_) {
-    if (s->task == nullptr || s->phase != Slot::Phase::kDecode) continue;
-    if (s->logit_row < 0 && !s->first) continue;
-    Draw d{s.get(), s->rng->next_double(), {}};
-    if (s->logit_row < 0) d.row = s->cached_logits;  // identical replay or prompt ending at a kept boundary
-    draws.push_back(d);
+  for (Slot* s : batch.slots) {
+    if (s->task == nullptr || s->phase != Slot::Phase::kDecode || s->logit_row < 0) continue;
+    draws.push_back({s, s->rng->next_double()});
   }
-  if (draws.empty()) {
-    apply_releases();
-    return;
-  }
-  // The device samples what it can: rows with neither a constraint nor a first token (the first
-  // is drawn on the host, as Engine does).
   std::vector<Backend::BatchSample> reqs(static_cast<size_t>(n_logits));
   bool any_device = false;
   for (const Draw& d : draws) {
     const GenerateRequest& request = *d.slot->task->request;
-    if (d.slot->logit_row < 0 || d.slot->first || request.constraint) continue;
+    if (d.slot->first || request.constraint) continue;
     Backend::BatchSample& b = reqs[static_cast<size_t>(d.slot->logit_row)];
     b.params = &request.sampling;
     b.history = d.slot->history;
@@ -452,21 +428,70 @@ void Scheduler::step() {
   std::vector<float> scratch;
   for (const Draw& d : draws) {
     Slot& s = *d.slot;
-    const GenerateRequest& request = *s.task->request;
-    int32_t token = -1;
     const size_t row = static_cast<size_t>(s.logit_row);
-    if (s.logit_row >= 0 && row < picked.size() && picked[row] && reqs[row].params != nullptr) {
+    int32_t token = -1;
+    if (row < picked.size() && picked[row] && reqs[row].params != nullptr) {
       token = *picked[row];
     } else {
-      const std::span<const float> logits =
-          s.logit_row >= 0 ? backend_.batch_logits(s.logit_row) : d.row;
-      token = draw_on_host(logits, request, s.history, s.generated, d.coin, scratch);
+      token = draw_on_host(backend_.batch_logits(s.logit_row), *s.task->request, s.history,
+                           s.generated, d.coin, scratch);
     }
     s.first = false;
     if (s.spec) s.spec->set_root_row(s.logit_row);
     emit(s, token);
   }
-  apply_releases();
+  for (Slot* s : batch.slots) s->logit_row = -1;
+  return true;
+}
+
+void Scheduler::advance_prompt(Slot& pre, int pre_end, int seg_end) {
+  const GenerateRequest& request = *pre.task->request;
+  const GenerateCallbacks& cb = *pre.task->cb;
+  GenerateResult& result = pre.task->result;
+  const int n = static_cast<int>(request.prompt.size());
+  const int from = pre.done;
+  pre.done = pre_end;
+  if (pre.done >= pre.next_log && pre.done < n) {
+    GEM_LOG_INFO("prompt (slot %d): %d/%d tokens", pre.id, pre.done, n);
+    pre.next_log = (pre.done / Engine::kProgressLogStep + 1) * Engine::kProgressLogStep;
+  }
+  if (cb.on_prompt_progress && !cb.on_prompt_progress(pre.done, n)) {
+    // Before the boundary's checkpoint: the slot goes back as if the request had not run.
+    // After it: back to the boundary, the new history stays cached (Engine's rules).
+    if (from >= pre.plan.boundary || pre.plan.extends) {
+      pre.release_rollback = true;
+    } else {
+      pre.release_clear = true;
+    }
+    pre.logit_row = -1;
+    result.finish = FinishReason::kCancelledInPrompt;
+    result.prompt_seconds = now_seconds() - pre.t_start;
+    finish(pre, ok_status());
+    return;
+  }
+  if (pre_end != seg_end) return;
+  if (seg_end == pre.plan.boundary) {
+    backend_.slot_checkpoint(pre.id);
+    const std::span<const float> row = backend_.batch_logits(pre.logit_row);
+    pre.cached_logits.assign(row.begin(), row.end());
+    pre.cached.assign(request.prompt.begin(), request.prompt.begin() + pre.plan.boundary);
+    result.n_evaluated += pre.plan.boundary - pre.plan.start;
+  } else {
+    result.n_evaluated += n - pre.plan.boundary;
+  }
+  if (seg_end != n) {
+    pre.logit_row = -1;  // the history's last row: kept, not drawn from
+    return;
+  }
+  pre.phase = Slot::Phase::kDecode;
+  result.prompt_seconds = now_seconds() - pre.t_start;
+  pre.t_decode = now_seconds();
+  if (request.max_tokens == 0) {
+    result.finish = FinishReason::kLength;
+    pre.release_rollback = true;
+    pre.logit_row = -1;
+    finish(pre, ok_status());
+  }
 }
 
 void Scheduler::solo_step(Slot& slot) {

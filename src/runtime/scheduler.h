@@ -20,8 +20,9 @@
 // beyond the slots wait in FIFO order for one to free (the server bounds that queue).
 //
 // Cancellation acts per slot, as in Engine: a callback returning false stops that request at its
-// next chunk or token and leaves every other slot's stream as it was. A backend error fails the
-// requests whose rows were in the failing batch (their slots restart cold); the others go on.
+// next chunk or token and leaves every other slot's stream as it was. A batch the backend refuses
+// (it then evaluates none of it) is retried one slot at a time, so only the request whose rows
+// fail ends with the error (its slot restarts cold) and the others go on unchanged.
 //
 // One request alone: while a request is the only one running (no other slot generating or
 // evaluating a prompt, none waiting) on slot kSoloSlot, its decode steps take the
@@ -103,8 +104,15 @@ class Scheduler {
   // On the scheduler thread: the prefix plan for the slot's new task; false when it finished
   // already (cancelled before its prompt, or an identical prompt whose first token ended it).
   void start(Slot& slot);
-  // One eval_batch and everything after it.
+  struct Batch;
+  // One step: the lone request's single-sequence step, or one eval_batch of every generating
+  // slot's decode row and one prompt chunk, and everything after it.
   void step();
+  // Evaluates the batch, advances its prompt chunk and draws its generating rows; false when the
+  // eval failed (a batch of one slot: its request ended with the error).
+  bool run(Batch& batch);
+  // After a prompt chunk: progress (cancellation), the history checkpoint, the switch to decode.
+  void advance_prompt(Slot& pre, int pre_end, int seg_end);
   // The token drawn for a generating slot: emitted; the request ends or the token waits for the
   // next step's row.
   void emit(Slot& slot, int32_t token);

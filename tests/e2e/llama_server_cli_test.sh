@@ -43,7 +43,7 @@ serve -m "$MODEL" --jinja -ngl 99 -fa on -ctk f16 -ctv f16 -np 4 -n 512 --temp 0
   --reasoning-budget -1 --chat-template-kwargs '{"enable_thinking":false}' --metrics --slots \
   --no-webui --api-key-file "$tmp/key" -c 1024 -t 2 -b 2048 -ub 128 --alias gem-cli
 wait_ready
-for n in "-ngl is ignored" "-fa is ignored" "--jinja/--no-jinja are ignored" "--parallel 4: stored" "-b is ignored"; do
+for n in "-ngl is ignored" "-fa is ignored" "--jinja/--no-jinja are ignored" "slots: 4 (-np)" "-b is ignored"; do
   grep -qF -- "$n" "$LOG" || fail "no notice \"$n\": $(cat "$LOG")"
 done
 auth=(-H "Authorization: Bearer sk-test-key")
@@ -55,6 +55,7 @@ p = json.load(open(sys.argv[1]))
 s = p["default_generation_settings"]
 q = s["params"]
 assert s["n_ctx"] == 1024, s
+assert p["total_slots"] == 4, p  # -np 4: four slots, each of -c 1024
 assert abs(q["temperature"] - 0.7) < 1e-6 and q["top_k"] == 40 and abs(q["top_p"] - 0.95) < 1e-6, q
 assert abs(q["min_p"] - 0.05) < 1e-6 and q["seed"] == 42 and abs(q["repeat_penalty"] - 1.1) < 1e-6, q
 assert q["n_predict"] == 512 and q["enable_thinking"] is False and q["reasoning_format"] == "deepseek", q

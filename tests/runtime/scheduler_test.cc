@@ -5,7 +5,8 @@
 // Requests overlap deterministically: the first request's progress callback (on the scheduler
 // thread) waits until the others are queued. Also: a disconnect or a cancelled prompt leaves the
 // others unchanged; a continued conversation finds its own slot after unrelated requests; the
-// least recently used slot is the one evicted; a long prompt delays a generating stream by at
+// least recently used slot is the one evicted; a request whose rows the backend refuses fails
+// alone; a long prompt delays a generating stream by at
 // most one chunk per token (the stall bound). Speculative decoding with several slots:
 // tests/server/parallel_test.cc.
 #include <gtest/gtest.h>
@@ -297,6 +298,41 @@ Job one(Scheduler& s, GenerateRequest req) {
   EXPECT_TRUE(res.ok()) << res.message();
   if (res.ok()) r.result = *res;
   return r;
+}
+
+// Refuses (evaluating nothing) any batch with a row of token kPoison.
+class PoisonedBackend : public test::ForwardingBackend {
+ public:
+  static constexpr int32_t kPoison = 7777;
+  using ForwardingBackend::ForwardingBackend;
+  Status eval_batch(std::span<const BatchRow> rows) override {
+    for (const BatchRow& r : rows) {
+      if (r.token == kPoison) return errorf("poisoned row (slot %d, position %d)", r.slot, r.pos);
+    }
+    return ForwardingBackend::eval_batch(rows);
+  }
+};
+
+// A request whose rows the backend refuses fails alone: the streams batched with it go on and
+// equal their solo runs.
+TEST(Scheduler, AnErrorOfOneLeavesTheOthersUnchanged) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  PoisonedBackend backend(cpu_backend(3));
+  Scheduler s(backend, eog);
+  std::vector<Job> runs(3);
+  runs[0].req = request(prompt_of(30, 60), 40);
+  runs[1].req = request(prompt_of(40, 61), 10);
+  runs[1].req.prompt[35] = PoisonedBackend::kPoison;
+  runs[2].req = request(prompt_of(20, 62), 40, 0.9f, 3);
+  run_concurrently(s, runs);
+  EXPECT_FALSE(runs[1].status.ok());
+  EXPECT_NE(runs[1].status.message().find("poisoned row"), std::string::npos)
+      << runs[1].status.message();
+  expect_same_as_solo(runs[0], "stream 0");
+  expect_same_as_solo(runs[2], "stream 2");
+  // Its slot starts over; the next request there runs normally.
+  Job again = one(s, request(prompt_of(40, 61), 10));
+  EXPECT_EQ(again.tokens, solo(again).tokens);
 }
 
 // A conversation (A) continues after unrelated requests (B before it, C after) ran on the other
