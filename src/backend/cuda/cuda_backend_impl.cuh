@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
   Status slot_fork(int src, int dst) override;
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
+  TokenLogprobs token_logprobs(int32_t token, int top_n) override;  // logprobs.cu
   Status set_stage_profiler(StageProfiler* profiler) override;
 
  private:
