@@ -16,7 +16,7 @@ namespace gem::chat {
 
 namespace {
 
-constexpr int kMaxBuildStates = 50000;  // states while building, before trimming
+constexpr int kMaxBuildStates = 20000;  // states while building, before trimming
 constexpr int kMaxNfaStates = 200000;
 
 using Range = std::pair<uint32_t, uint32_t>;  // code points, inclusive
@@ -683,34 +683,131 @@ Result<ByteDfa> ByteDfa::finish(const Raw& raw, bool json_string, const std::str
     }
   }
   if (!live[0]) return errorf("%s matches nothing", what.c_str());
-  // Moore's refinement over the live states: blocks split by acceptance, then by the blocks
-  // each class leads to, until stable.
-  std::vector<int> block(n, -1);
-  for (int s = 0; s < n; ++s) {
-    if (live[static_cast<size_t>(s)]) block[static_cast<size_t>(s)] = raw.accept[static_cast<size_t>(s)];
-  }
-  int n_blocks = 0;
-  for (;;) {
-    std::map<std::vector<int>, int> sig_ids;
-    std::vector<int> nb(n, -1);
-    for (int s = 0; s < n; ++s) {
-      if (!live[static_cast<size_t>(s)]) continue;
-      std::vector<int> sig(static_cast<size_t>(nc) + 1);
-      sig[0] = block[static_cast<size_t>(s)];
-      for (int c = 0; c < nc; ++c) {
-        const int t = next(s, c);
-        sig[static_cast<size_t>(c) + 1] = t >= 0 && live[static_cast<size_t>(t)] ? block[static_cast<size_t>(t)] : -1;
-      }
-      nb[static_cast<size_t>(s)] = sig_ids.emplace(std::move(sig), static_cast<int>(sig_ids.size())).first->second;
+  // Hopcroft's partition refinement over the live states and a sink (the target of every
+  // missing or dead transition): blocks start split by acceptance and are split by the
+  // preimages of blocks under each class until no splitter is left (n·classes·log n).
+  const int sink = n;
+  auto target = [&](int s, int c) {
+    if (s == sink) return sink;
+    const int t = next(s, c);
+    return t >= 0 && live[static_cast<size_t>(t)] ? t : sink;
+  };
+  // Preimages per class, as offsets into one array.
+  std::vector<int> pre_start(static_cast<size_t>(nc) * (n + 2), 0), pre;
+  for (int c = 0; c < nc; ++c) {
+    int* start = &pre_start[static_cast<size_t>(c) * (n + 2)];
+    for (int s = 0; s <= n; ++s) {
+      if (s == sink || live[static_cast<size_t>(s)]) start[target(s, c) + 1]++;
     }
-    const int count = static_cast<int>(sig_ids.size());
-    block = std::move(nb);
-    if (count == n_blocks) break;
-    n_blocks = count;
+    for (int t = 0; t <= n; ++t) start[t + 1] += start[t];
+  }
+  pre.resize(static_cast<size_t>(nc) * (n + 1));
+  {
+    std::vector<int> fill(pre_start);
+    for (int c = 0; c < nc; ++c) {
+      const size_t base = static_cast<size_t>(c) * (n + 1);
+      int* f = &fill[static_cast<size_t>(c) * (n + 2)];
+      for (int s = 0; s <= n; ++s) {
+        if (s == sink || live[static_cast<size_t>(s)]) pre[base + static_cast<size_t>(f[target(s, c)]++)] = s;
+      }
+    }
+  }
+  std::vector<int> block(static_cast<size_t>(n) + 1, -1);
+  std::vector<std::vector<int>> members;
+  {
+    std::vector<int> acc, rej;
+    for (int s = 0; s < n; ++s) {
+      if (live[static_cast<size_t>(s)]) (raw.accept[static_cast<size_t>(s)] ? acc : rej).push_back(s);
+    }
+    rej.push_back(sink);
+    for (auto* b : {&acc, &rej}) {
+      if (b->empty()) continue;
+      for (int s : *b) block[static_cast<size_t>(s)] = static_cast<int>(members.size());
+      members.push_back(std::move(*b));
+    }
+  }
+  std::vector<std::pair<int, int>> work;  // (block, class)
+  std::vector<uint8_t> in_work;           // [block * nc + class]
+  auto push_work = [&](int b, int c) {
+    if (in_work.size() < (static_cast<size_t>(b) + 1) * nc) in_work.resize((static_cast<size_t>(b) + 1) * nc, 0);
+    if (in_work[static_cast<size_t>(b) * nc + c]) return;
+    in_work[static_cast<size_t>(b) * nc + c] = 1;
+    work.push_back({b, c});
+  };
+  if (members.size() == 2) {
+    const int smaller = members[0].size() <= members[1].size() ? 0 : 1;
+    for (int c = 0; c < nc; ++c) push_work(smaller, c);
+  }
+  std::vector<uint8_t> seen(static_cast<size_t>(n) + 1, 0);
+  std::vector<int> x, touched;
+  std::vector<std::vector<int>> marked;
+  while (!work.empty()) {
+    const auto [a, c] = work.back();
+    work.pop_back();
+    in_work[static_cast<size_t>(a) * nc + c] = 0;
+    // X: the states that class c takes into block a.
+    x.clear();
+    const size_t base = static_cast<size_t>(c) * (n + 1);
+    const int* start = &pre_start[static_cast<size_t>(c) * (n + 2)];
+    for (int t : members[static_cast<size_t>(a)]) {
+      for (int k = start[t]; k < start[t + 1]; ++k) {
+        const int s = pre[base + static_cast<size_t>(k)];
+        if (!seen[static_cast<size_t>(s)]) {
+          seen[static_cast<size_t>(s)] = 1;
+          x.push_back(s);
+        }
+      }
+    }
+    if (marked.size() < members.size()) marked.resize(members.size());
+    touched.clear();
+    for (int s : x) {
+      seen[static_cast<size_t>(s)] = 0;
+      const int b = block[static_cast<size_t>(s)];
+      if (marked[static_cast<size_t>(b)].empty()) touched.push_back(b);
+      marked[static_cast<size_t>(b)].push_back(s);
+    }
+    for (int y : touched) {
+      std::vector<int> in = std::move(marked[static_cast<size_t>(y)]);
+      marked[static_cast<size_t>(y)].clear();
+      if (in.size() < members[static_cast<size_t>(y)].size()) {
+        // Split y: the marked states form block z, the rest stay in y.
+        const int z = static_cast<int>(members.size());
+        for (int s : in) block[static_cast<size_t>(s)] = z;
+        std::vector<int> rest;
+        for (int s : members[static_cast<size_t>(y)]) {
+          if (block[static_cast<size_t>(s)] == y) rest.push_back(s);
+        }
+        members[static_cast<size_t>(y)] = std::move(rest);
+        members.push_back(in);
+        marked.resize(members.size());
+        for (int d = 0; d < nc; ++d) {
+          const bool y_waiting = static_cast<size_t>(y) * nc + d < in_work.size() &&
+                                 in_work[static_cast<size_t>(y) * nc + d];
+          if (y_waiting || members[static_cast<size_t>(z)].size() <= members[static_cast<size_t>(y)].size()) {
+            push_work(z, d);
+          } else {
+            push_work(y, d);
+          }
+        }
+      }
+    }
+    if (members.size() > static_cast<size_t>(kMaxDfaStates) + 1) break;  // refused below
+  }
+  // Blocks of live states, numbered apart from the sink's.
+  const int sink_block = block[static_cast<size_t>(sink)];
+  int n_blocks = 0;
+  {
+    std::vector<int> renumber(members.size(), -1);
+    for (size_t b = 0; b < members.size(); ++b) {
+      if (static_cast<int>(b) != sink_block) renumber[b] = n_blocks++;
+    }
+    for (int s = 0; s < n; ++s) {
+      if (live[static_cast<size_t>(s)]) block[static_cast<size_t>(s)] = renumber[static_cast<size_t>(block[static_cast<size_t>(s)])];
+    }
   }
   if (n_blocks > kMaxDfaStates) {
-    return errorf("%s needs an automaton of %d states, more than %d; simplify it", what.c_str(),
-                  n_blocks, kMaxDfaStates);
+    return errorf("%s needs an automaton of more than %d states; simplify it", what.c_str(),
+                  kMaxDfaStates);
   }
   // Number the blocks from the start in breadth-first order; one representative each.
   std::vector<int> order(static_cast<size_t>(n_blocks), -1), rep_of;

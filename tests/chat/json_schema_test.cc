@@ -322,7 +322,7 @@ TEST(JsonSchema, UnsupportedKeywordsAndBadSchemasAreNamed) {
       {R"({"type":"integer","multipleOf":2})", "schema.multipleOf: the keyword \"multipleOf\" is not supported"},
       {R"j({"type":"object","properties":{"a":{"type":"string","pattern":"(?=x)"}}})j", "schema.properties.a.pattern: lookahead"},
       {R"({"type":"string","pattern":"a{1001}"})", "schema.pattern: repetition count 1001 over 1000"},
-      {R"({"type":"string","pattern":"^(a|b)*a(a|b){12}$"})", "schema.pattern: the pattern needs an automaton of 8192 states, more than 4096"},
+      {R"({"type":"string","pattern":"^(a|b)*a(a|b){12}$"})", "schema.pattern: the pattern needs an automaton of more than 4096 states"},
       {R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "schema.oneOf: options 0 and 1 may both match"},
       {R"({"type":"string","format":"uri"})", "schema.format: the format \"uri\" is not supported"},
       {R"({"type":"integer","minimum":5,"exclusiveMaximum":5})", "schema: no integer"},
