@@ -2,9 +2,46 @@
 // batched calls, served through eval().
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "base/check.h"
+
 namespace gem {
+
+TokenLogprobs row_logprobs(std::span<const float> row, int32_t token, int top_n) {
+  GEM_CHECK(token >= 0 && static_cast<size_t>(token) < row.size(),
+            "row_logprobs: token %d outside the row [0, %zu)", token, row.size());
+  // log-softmax: logprob(i) = l_i - (max + log sum exp(l - max)), the sum in double.
+  double max = -INFINITY;
+  for (float l : row) max = std::max(max, static_cast<double>(l));
+  double sum = 0.0;
+  for (float l : row) sum += std::exp(static_cast<double>(l) - max);
+  const double lse = max + std::log(sum);
+  auto logprob = [&](int32_t id) {
+    return static_cast<float>(static_cast<double>(row[static_cast<size_t>(id)]) - lse);
+  };
+  TokenLogprobs out;
+  out.logprob = logprob(token);
+  const int most = std::min(kMaxRowLogprobs, static_cast<int>(row.size()));
+  const size_t k = static_cast<size_t>(std::clamp(top_n, 0, most));
+  if (k == 0) return out;
+  // The top k by (logit descending, id ascending), kept sorted while scanning once.
+  std::vector<int32_t> best;
+  best.reserve(k + 1);
+  auto before = [&](int32_t a, int32_t b) {
+    const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) {
+    if (best.size() == k && !before(i, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), i, before), i);
+    if (best.size() > k) best.pop_back();
+  }
+  for (int32_t id : best) out.top.emplace_back(id, logprob(id));
+  return out;
+}
 
 Status Backend::validate_batch(std::span<const BatchRow> rows, int n_vocab,
                                std::vector<int>* ends) const {

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -31,6 +32,18 @@ struct BackendOptions {
   bool reference = false;                        // CPU: the plain scalar path instead of the fast one
   int n_slots = 1;                               // sequence slots the cache holds (-np/--parallel)
 };
+
+// The log-probabilities the server reports with a drawn token (OpenAI's logprobs): the
+// log-softmax of the raw logits row (no penalty, temperature or constraint: what llama-server and
+// OpenAI report) at the drawn token and at the row's top_n most likely tokens.
+inline constexpr int kMaxRowLogprobs = 20;  // the most alternatives (OpenAI's top_logprobs limit)
+struct TokenLogprobs {
+  float logprob = 0.0f;                        // of the drawn token (-inf if its logit is -inf)
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), highest first, ties by lower id
+};
+// The reference, on the host: log-sum-exp in double over the whole row. top_n is clamped to
+// [0, min(kMaxRowLogprobs, row size)]; `token` must lie in the row.
+TokenLogprobs row_logprobs(std::span<const float> row, int32_t token, int top_n);
 
 // One row of a batch (Backend::eval_batch): `token` of sequence slot `slot` at position `pos`.
 // A slot's rows come in position order and continue its cache: the first at n_past(slot), the
@@ -135,6 +148,13 @@ class Backend {
     (void)history;
     (void)coin;
     return std::nullopt;
+  }
+
+  // row_logprobs() of the last row of the last eval, computed where the row lies (the CUDA
+  // backend: on the device, about 170 bytes to the host instead of the 1 MB row). Default: on
+  // the host from logits(-1).
+  virtual TokenLogprobs token_logprobs(int32_t token, int top_n) {
+    return row_logprobs(logits(-1), token, top_n);
   }
 
   // sample() for several rows at once: reqs[i] picks from batch_logits(i) of the last

@@ -5,17 +5,43 @@
 // built on it (constraint.h make_json_constraint) tests every token's bytes against the matcher.
 //
 // Supported keywords: type (one or a list), properties, required, additionalProperties, items,
-// minItems, maxItems, minLength, maxLength, enum, const, anyOf, $ref to "#/$defs/..." or
-// "#/definitions/..." (not recursive), and the annotations title, description, default,
+// minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time, uuid, email,
+// ipv4), minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf (options
+// that provably exclude each other), allOf (merged), $ref to "#", "#/$defs/..." or
+// "#/definitions/..." (recursion allowed), and the annotations title, description, default,
 // examples, $schema, $id, $comment, deprecated, readOnly, writeOnly. A keyword that asserts
-// something the matcher cannot enforce (minimum, pattern, format, oneOf, ...) is an error naming
-// it, so a request is refused rather than answered with output that breaks its schema.
+// something the matcher cannot enforce (multipleOf, not, if, patternProperties, ...) is an error
+// naming it and its path, so a request is refused rather than answered with output that breaks
+// its schema.
+//
+// What is exact and what is a subset (every output validates; some valid values are never
+// written):
+// - pattern: exact, as a deterministic automaton (byte_dfa.h: the ECMA-262 subset there, searched
+//   for unanchored as JSON Schema says), except that strings never hold U+0000-U+001F other than
+//   \b \f \n \r \t, and use no \u escapes.
+// - format: each a pattern admitting a strict subset (byte_dfa.cc: e.g. date-time with "T",
+//   seconds below 60 and a "Z" or +hh:mm offset; lower-case uuids).
+// - minLength/maxLength: exact (with a pattern or format, an automaton intersected with both).
+// - minimum/maximum/exclusive*: exact on the values written: bounded numbers are written without
+//   exponent with at most 15 digits (ByteDfa::number), compared digit by digit with the bound's
+//   shortest decimal spelling; at 15 significant digits a validator's f64 comparison agrees.
+//   Integers: the automaton is exact for every integer range within 15 digits.
+// - oneOf: options compiled as anyOf, accepted only when every output of each option fails
+//   every other (different types, const/enum values, a required property the other never writes
+//   or restricts to other values); otherwise a 400 suggesting anyOf.
+// - allOf (also a combinator beside other keywords): parts merged keyword by keyword (types
+//   intersected, properties joined with allOf, required united, the tightest bounds and lengths,
+//   patterns and formats intersected, enum/const intersected, each additionalProperties applied
+//   to the other parts' keys); an anyOf/oneOf part is distributed over the rest.
+// - $ref recursion: one node per reference, so the graph is finite; outputs nest at most
+//   kMaxJsonNesting containers, and a value is only started where its shortest instance fits.
+// - enum/const beside other assertions: only the values those assertions admit.
 //
 // Output shape: objects list their keys in the schema's order (required ones always, optional
 // ones may be skipped) and no undeclared key unless the object declares no properties; at most
-// kMaxJsonWhitespace whitespace bytes in a row between tokens; numbers at most 15 digits before
-// and after the point and two exponent digits; \u escapes never name a surrogate; strings are
-// valid UTF-8. Every complete output parses as JSON and validates against the schema.
+// kMaxJsonWhitespace whitespace bytes in a row between tokens; unbounded numbers at most 15
+// digits before and after the point and two exponent digits; \u escapes never name a surrogate;
+// strings are valid UTF-8. Every complete output parses as JSON and validates against the schema.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +65,8 @@ inline constexpr int kMaxSchemaLiteral = 4096;   // bytes of one enum/const valu
 inline constexpr int kMaxSchemaMinimum = 256;    // largest minItems / minLength
 inline constexpr int kMaxJsonNesting = 48;       // containers open at once in the output
 inline constexpr int kMaxJsonWhitespace = 24;    // whitespace bytes in a row
+inline constexpr int kMaxSchemaDfaStates = 16384; // automaton states of all patterns, formats
+                                                  // and bounds together
 
 // Compiles `schema` (ordered_json so objects keep the schema's key order). `where` names the
 // schema in error messages: "response_format.json_schema.schema.properties.age: \"minimum\" is

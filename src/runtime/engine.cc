@@ -152,7 +152,8 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
   }
 
   const Timer decode_timer;
-  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint) {
+  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint &&
+      request.top_logprobs < 0) {
     Status st = decode_speculative(request, cb, logits, result);
     result.decode_seconds = decode_timer.seconds();
     rollback();
@@ -186,6 +187,13 @@ Result<GenerateResult> Engine::generate(const GenerateRequest& request,
       token = draw_on_host(logits, request, history, generated, coin, scratch_logits_);
     }
     generated.push_back(token);
+    if (request.top_logprobs >= 0 && cb.on_logprobs) {
+      // The raw row the token was drawn from: on the host when it is there already (the first
+      // step, a constraint's), else where the backend keeps it.
+      cb.on_logprobs(token, logits.empty()
+                                ? backend_->token_logprobs(token, request.top_logprobs)
+                                : row_logprobs(logits, token, request.top_logprobs));
+    }
     if (!emit(token, request, cb, history, result)) break;
     const int32_t one[1] = {token};
     failure = backend_->eval(std::span<const int32_t>(one, 1), /*all_logits=*/false);

@@ -67,6 +67,10 @@ struct GenerateRequest {
   // Requests with a constraint decode one token at a time.
   DraftSource* drafter = nullptr;
   int draft_max = 8;
+  // Log-probabilities of each drawn token with this many alternatives (0..kMaxRowLogprobs),
+  // reported through GenerateCallbacks::on_logprobs; -1: none. Such requests decode one token at
+  // a time (no drafting).
+  int top_logprobs = -1;
 };
 
 struct GenerateCallbacks {
@@ -76,6 +80,9 @@ struct GenerateCallbacks {
   // Each generated token (the end-of-generation token too). false stops generation (the caller
   // decides why: a stop string, a disconnect).
   std::function<bool(int32_t token)> on_token;
+  // With GenerateRequest::top_logprobs >= 0, just before on_token: the token's log-probabilities
+  // in the raw row it was drawn from (Backend::token_logprobs, where the backend holds the row).
+  std::function<void(int32_t token, const TokenLogprobs& logprobs)> on_logprobs;
 };
 
 enum class FinishReason { kEog, kLength, kContextFull, kStoppedByCaller, kCancelledInPrompt };

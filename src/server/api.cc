@@ -549,36 +549,18 @@ json token_fields(const Tokenizer& tokenizer, int32_t id) {
 
 }  // namespace
 
-json logprob_entry(std::span<const float> logits, int32_t token, int top_n,
-                   const Tokenizer& tokenizer, std::vector<int32_t>& scratch) {
-  // log-softmax in double: logprob(i) = l_i - (max + log sum exp(l - max)).
-  double max = -std::numeric_limits<double>::infinity();
-  for (float l : logits) max = std::max(max, static_cast<double>(l));
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const double lse = max + std::log(sum);
-  auto logprob = [&](int32_t id) {
-    const double lp = static_cast<double>(logits[static_cast<size_t>(id)]) - lse;
-    // JSON has no -inf: the lowest float instead (llama-server does the same).
-    return std::isfinite(lp) ? lp : static_cast<double>(std::numeric_limits<float>::lowest());
+json logprob_entry(const TokenLogprobs& logprobs, int32_t token, const Tokenizer& tokenizer) {
+  auto finite = [](float lp) {
+    return std::isfinite(lp) ? static_cast<double>(lp)
+                             : static_cast<double>(std::numeric_limits<float>::lowest());
   };
   json entry = token_fields(tokenizer, token);
-  entry["logprob"] = logprob(token);
+  entry["logprob"] = finite(logprobs.logprob);
   json top = json::array();
-  if (top_n > 0 && !logits.empty()) {
-    const size_t k = std::min(static_cast<size_t>(top_n), logits.size());
-    scratch.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) scratch[i] = static_cast<int32_t>(i);
-    auto by_logit = [&](int32_t a, int32_t b) {
-      const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-      return la > lb || (la == lb && a < b);
-    };
-    std::partial_sort(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(k), scratch.end(), by_logit);
-    for (size_t i = 0; i < k; ++i) {
-      json alt = token_fields(tokenizer, scratch[i]);
-      alt["logprob"] = logprob(scratch[i]);
-      top.push_back(std::move(alt));
-    }
+  for (const auto& [id, lp] : logprobs.top) {
+    json alt = token_fields(tokenizer, id);
+    alt["logprob"] = finite(lp);
+    top.push_back(std::move(alt));
   }
   entry["top_logprobs"] = std::move(top);
   return entry;

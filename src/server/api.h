@@ -116,11 +116,12 @@ bool detokenize_route(const std::string& body, const Tokenizer& tokenizer, nlohm
 bool apply_template_route(const std::string& body, const RequestDefaults& defaults,
                           nlohmann::json* out, ApiError* err);
 
-// One OpenAI logprobs entry: {"id","token","bytes","logprob","top_logprobs":[...]}, computed from
-// a raw logits row (log-softmax over the whole vocabulary, before any sampling setting).
-// `scratch` is reused between calls.
-nlohmann::json logprob_entry(std::span<const float> logits, int32_t token, int top_n,
-                             const Tokenizer& tokenizer, std::vector<int32_t>& scratch);
+// One OpenAI logprobs entry: {"id","token","bytes","logprob","top_logprobs":[...]}, from the
+// token's log-probabilities in its raw logits row (Backend::token_logprobs: log-softmax over the
+// whole vocabulary, before any sampling setting). -inf becomes the lowest float (JSON has no
+// -inf; llama-server does the same).
+nlohmann::json logprob_entry(const TokenLogprobs& logprobs, int32_t token,
+                             const Tokenizer& tokenizer);
 
 // The request's prompt as token ids, <bos> first: rendered with the server's options (the
 // generation prompt, a reopened model turn after tool results) and tokenized with message text

@@ -13,10 +13,10 @@
 // function additionally forces the text "call:NAME{" after <|tool_call> and ends the turn with
 // <|tool_response> once that call closes. The arguments are always the model's own.
 //
-// The constraints of one request run in a chain (chat::combine_constraints): the logprobs
-// observer first (it sees the raw row), then the reasoning budget, then the JSON constraint
-// (response_format) or the tool-choice one. Any constraint makes the engine sample on the host
-// from Backend::logits(); without one the CUDA backend samples on the device.
+// The constraints of one request run in a chain (chat::combine_constraints): the reasoning
+// budget, then the JSON constraint (response_format) or the tool-choice one. Any constraint makes
+// the engine sample on the host from Backend::logits(); without one the CUDA backend samples on
+// the device. logprobs come from the engine (Backend::token_logprobs), not from a constraint.
 #include "server/server.h"
 
 #include <poll.h>
@@ -32,6 +32,7 @@
 #include <random>
 #include <thread>
 
+#include "base/check.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "chat/chat.h"
@@ -977,26 +978,31 @@ void Server::start_job(std::shared_ptr<Job> job, http::Response& res) {
 
 namespace {
 
-// logprobs: the observer runs first among the constraints and keeps each step's raw logits row,
-// so that the log-probabilities come from the very logits the token is drawn from. A constraint
-// makes the engine sample on the host from Backend::logits() (never the device sampler), which
-// is what requesting logprobs costs.
+// logprobs: the engine reports each drawn token's log-probabilities in its raw logits row
+// (Backend::token_logprobs: on the device where the backend samples, so the row is not copied to
+// the host for them); the recorder keeps the last one for the answer's entry.
 class LogprobRecorder {
  public:
   LogprobRecorder(const Tokenizer& tokenizer, int top_n) : tokenizer_(tokenizer), top_n_(top_n) {}
-  runtime::Constraint observer() {
-    return [this](std::span<float> logits, std::span<const int32_t>) -> int32_t {
-      row_.assign(logits.begin(), logits.end());
-      return -1;
+  // Asks the engine for the log-probabilities of every token of `greq` (into `cb`).
+  void attach(runtime::GenerateRequest& greq, runtime::GenerateCallbacks& cb) {
+    greq.top_logprobs = top_n_;
+    cb.on_logprobs = [this](int32_t token, const TokenLogprobs& lp) {
+      token_ = token;
+      last_ = lp;
     };
   }
-  json entry(int32_t token) { return logprob_entry(row_, token, top_n_, tokenizer_, scratch_); }
+  json entry(int32_t token) const {
+    GEM_CHECK(token == token_, "logprobs of token %d requested, the engine reported %d", token,
+              token_);
+    return logprob_entry(last_, token, tokenizer_);
+  }
 
  private:
   const Tokenizer& tokenizer_;
   int top_n_;
-  std::vector<float> row_;
-  std::vector<int32_t> scratch_;
+  int32_t token_ = -1;
+  TokenLogprobs last_;
 };
 
 }  // namespace
@@ -1089,7 +1095,6 @@ bool Server::run_job(Job& job, http::Response& res) {
   std::vector<runtime::Constraint> constraints;
   if (cr.top_logprobs >= 0) {
     recorder = std::make_unique<LogprobRecorder>(tokenizer, cr.top_logprobs);
-    constraints.push_back(recorder->observer());
   }
   if (job.chat) {
     if (cr.enable_thinking && cr.reasoning_budget > 0 && !cr.json_grammar) {
@@ -1208,6 +1213,8 @@ bool Server::run_job(Job& job, http::Response& res) {
     emit(deltas);
     return !stop_string && !gone.load();
   };
+
+  if (recorder) recorder->attach(greq, cb);
 
   Result<runtime::GenerateResult> result = [&] {
     Monitor monitor(job.fd, &writer, options_.heartbeat_s, &gone);

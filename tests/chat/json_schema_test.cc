@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,42 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
+// The formats as RFC 3339 / RFC 4122 / ajv-formats define them (days per month, leap years).
+bool format_ok(const std::string& f, const std::string& v) {
+  auto date = [](const std::string& d) {
+    std::smatch m;
+    if (!std::regex_match(d, m, std::regex(R"((\d{4})-(\d\d)-(\d\d))"))) return false;
+    const int y = std::stoi(m[1]), mo = std::stoi(m[2]), day = std::stoi(m[3]);
+    const bool leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    const int days[] = {0, 31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return mo >= 1 && mo <= 12 && day >= 1 && day <= days[mo];
+  };
+  auto time = [](const std::string& t) {
+    std::smatch m;
+    if (!std::regex_match(t, m, std::regex(R"((\d\d):(\d\d):(\d\d)(\.\d+)?([zZ]|[+-](\d\d):(\d\d)))"))) return false;
+    return std::stoi(m[1]) <= 23 && std::stoi(m[2]) <= 59 && std::stoi(m[3]) <= 59 &&
+           (!m[6].matched || (std::stoi(m[6]) <= 23 && std::stoi(m[7]) <= 59));
+  };
+  if (f == "date") return date(v);
+  if (f == "time") return time(v);
+  if (f == "date-time") {
+    const size_t t = v.find_first_of("Tt");
+    return t != std::string::npos && date(v.substr(0, t)) && time(v.substr(t + 1));
+  }
+  if (f == "uuid") return std::regex_match(v, std::regex("[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"));
+  if (f == "email") return std::regex_match(v, std::regex(R"([^@\s]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+)"));
+  if (f == "ipv4") {
+    std::smatch m;
+    if (!std::regex_match(v, m, std::regex(R"((\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3}))"))) return false;
+    for (int i = 1; i <= 4; ++i) {
+      const std::string part = m[i];
+      if (std::stoi(part) > 255 || (part.size() > 1 && part[0] == '0')) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 // A validator for the supported subset, written independently of the matcher: it reads the
 // schema as JSON Schema says (the matcher's output order and spacing do not matter here).
 bool validates(const json& v, const json& s, const json& root, std::string* why) {
@@ -32,16 +69,38 @@ bool validates(const json& v, const json& s, const json& root, std::string* why)
     return false;
   };
   if (s.is_boolean()) return s.get<bool>() || fail("false schema");
-  if (s.contains("$ref")) {
+  if (s.contains("$ref")) {  // beside other keywords, all apply
     const std::string ref = s["$ref"];
-    return validates(v, root.at(json::json_pointer(ref.substr(1))), root, why);
+    if (!validates(v, root.at(json::json_pointer(ref.substr(1))), root, why)) return false;
   }
-  if (s.contains("anyOf")) {
-    for (const json& o : s["anyOf"]) {
-      std::string w;
-      if (validates(v, o, root, &w)) return true;
+  if (s.contains("allOf")) {
+    for (const json& o : s["allOf"]) {
+      if (!validates(v, o, root, why)) return false;
     }
-    return fail("no anyOf option");
+  }
+  if (s.contains("anyOf") || s.contains("oneOf")) {
+    const bool one = s.contains("oneOf");
+    int n = 0;
+    for (const json& o : s[one ? "oneOf" : "anyOf"]) {
+      std::string w;
+      n += validates(v, o, root, &w);
+    }
+    if (n == 0 || (one && n > 1)) return fail(one ? "not exactly one oneOf option" : "no anyOf option");
+  }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if (s.contains("minimum") && !(x >= s["minimum"].get<double>())) return fail("minimum");
+    if (s.contains("maximum") && !(x <= s["maximum"].get<double>())) return fail("maximum");
+    if (s.contains("exclusiveMinimum") && !(x > s["exclusiveMinimum"].get<double>())) return fail("exclusiveMinimum");
+    if (s.contains("exclusiveMaximum") && !(x < s["exclusiveMaximum"].get<double>())) return fail("exclusiveMaximum");
+  }
+  if (v.is_string()) {
+    const std::string str = v.get<std::string>();
+    // ECMAScript search (the test patterns are ASCII, where bytes are characters).
+    if (s.contains("pattern") && !std::regex_search(str, std::regex(s["pattern"].get<std::string>()))) {
+      return fail("pattern");
+    }
+    if (s.contains("format") && !format_ok(s["format"].get<std::string>(), str)) return fail("format");
   }
   if (s.contains("const") && v != s["const"]) return fail("const");
   if (s.contains("enum")) {
@@ -140,6 +199,25 @@ std::vector<ojson> schemas() {
                       "required":["b"]}},"required":["a"],"title":"nested","description":"d"})"),
       ojson::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"),
       ojson::parse(R"({"type":"string","minLength":2,"maxLength":5})"),
+      // Bounds, patterns, formats.
+      ojson::parse(R"({"type":"object","properties":{"n":{"type":"integer","minimum":-3,"exclusiveMaximum":50},
+                      "x":{"type":"number","minimum":0.5,"maximum":9.75},"code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},
+                      "day":{"type":"string","format":"date"},"at":{"type":"string","format":"date-time"},
+                      "id":{"type":"string","format":"uuid"},"ip":{"type":"string","format":"ipv4"},
+                      "mail":{"type":"string","format":"email","maxLength":24}},
+                      "required":["n","x","code","day","at","id","ip","mail"]})"),
+      ojson::parse(R"({"type":"string","pattern":"a(b|c)+d","maxLength":12})"),
+      ojson::parse(R"({"type":"array","items":{"type":"integer","exclusiveMinimum":-1000000,"maximum":-999990},"maxItems":3})"),
+      // oneOf, allOf, $ref beside keywords, recursion.
+      ojson::parse(R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"a"},"v":{"type":"integer"}},"required":["kind","v"]},
+                      {"type":"object","properties":{"kind":{"const":"b"},"w":{"type":"string","maxLength":3}},"required":["kind"]},
+                      {"type":"null"}]})"),
+      ojson::parse(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer","minimum":3}},"required":["a"]},
+                      {"properties":{"a":{"maximum":7},"b":{"type":"string","pattern":"^x"}},"required":["b"]}]})"),
+      ojson::parse(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","minimum":0,"maximum":9},
+                      "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v","kids"],
+                      "additionalProperties":false}},"$ref":"#/$defs/node"})"),
+      ojson::parse(R"({"type":"array","items":{"$ref":"#"}})"),
   };
 }
 
@@ -241,22 +319,30 @@ TEST(JsonSchema, RandomWalksCompleteToValidDocuments) {
 
 TEST(JsonSchema, UnsupportedKeywordsAndBadSchemasAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"type":"integer","minimum":0})", "schema.minimum: the keyword \"minimum\" is not supported"},
-      {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})", "schema.properties.a.pattern"},
-      {R"({"oneOf":[{"type":"string"}]})", "schema.oneOf"},
-      {R"({"type":"string","format":"date-time"})", "schema.format"},
+      {R"({"type":"integer","multipleOf":2})", "schema.multipleOf: the keyword \"multipleOf\" is not supported"},
+      {R"j({"type":"object","properties":{"a":{"type":"string","pattern":"(?=x)"}}})j", "schema.properties.a.pattern: lookahead"},
+      {R"({"type":"string","pattern":"a{1001}"})", "schema.pattern: repetition count 1001 over 1000"},
+      {R"({"type":"string","pattern":"^(a|b)*a(a|b){12}$"})", "schema.pattern: the pattern needs an automaton of more than 4096 states"},
+      {R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "schema.oneOf: options 0 and 1 may both match"},
+      {R"({"type":"string","format":"uri"})", "schema.format: the format \"uri\" is not supported"},
+      {R"({"type":"integer","minimum":5,"exclusiveMaximum":5})", "schema: no integer"},
+      {R"({"type":"number","maximum":"9"})", "schema.maximum: expected a number, got a string"},
+      {R"({"allOf":[{"type":"string"},{"type":"integer"}]})", "schema.allOf: the parts' types exclude each other"},
+      {R"({"allOf":[{"const":1},{"const":2}]})", "schema.allOf: the parts' enum/const values exclude each other"},
+      {R"({"$ref":"#"})", "a $ref cycle"},
       {R"({"type":"strin"})", "schema.type: expected one of object"},
       {R"({"type":"array","items":[{"type":"string"}]})", "tuple validation is not supported"},
       {R"({"enum":[]})", "schema.enum: expected a non-empty array"},
       {R"({"$ref":"#/$defs/missing"})", "names nothing"},
-      {R"({"$defs":{"t":{"type":"array","items":{"$ref":"#/$defs/t"}}},"$ref":"#/$defs/t"})", "recursive"},
+      {R"({"$defs":{"t":{"type":"array","items":{"$ref":"#/$defs/t"},"minItems":1}},"$ref":"#/$defs/t"})", "no finite instance"},
       {R"({"type":"object","required":"a"})", "schema.required: expected an array"},
       {R"({"type":"array","minItems":5,"maxItems":2})", "below minItems"},
       {R"({"type":"array","minItems":100000})", "schema.minItems: expected at most"},
       {R"(false)", "accepts no value"},
       {R"(3)", "schema: expected a schema object, got a number"},
-      {R"({"type":"string","enum":[1,2]})", "no value has the schema's type"},
-      {R"({"anyOf":[{"type":"string"}],"type":"string"})", "beside \"anyOf\""},
+      {R"({"type":"string","enum":[1,2]})", "schema.enum: no value satisfies"},
+      {R"({"type":"string","enum":["a","bb"],"minLength":3})", "schema.enum: no value satisfies"},
+      {R"({"anyOf":[{"type":"string"}],"type":"integer"})", "schema.anyOf[0].allOf: the parts' types exclude each other"},
       {R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})",
        "schema.required: \"b\" is required but not in properties"},
   };

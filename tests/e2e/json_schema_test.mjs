@@ -6,10 +6,12 @@
 // `gem agent -m tiny-q4_0.gguf --backend cpu -- node json_schema_test.mjs`.
 import OpenAI from "openai";
 import Ajv from "ajv";
+import addFormats from "ajv-formats";
 import assert from "node:assert/strict";
 
 const client = new OpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: process.env.OPENAI_API_KEY, maxRetries: 0 });
 const ajv = new Ajv({ strict: false, allErrors: true });
+addFormats(ajv);
 const model = "gem-json";
 
 const schemas = {
@@ -40,6 +42,29 @@ const schemas = {
       items: { type: "array", items: { type: ["integer", "null"] } },
     },
     required: ["meta", "items"],
+  },
+  bounded: {
+    type: "object",
+    properties: {
+      score: { type: "number", exclusiveMinimum: 0, maximum: 10 },
+      rank: { type: "integer", minimum: 1, maximum: 100 },
+      code: { type: "string", pattern: "^[A-Z]{3}-\\d{2}$" },
+      day: { type: "string", format: "date" },
+      mail: { type: "string", format: "email" },
+    },
+    required: ["score", "rank", "code", "day", "mail"],
+    additionalProperties: false,
+  },
+  shapes: {
+    $defs: {
+      shape: {
+        oneOf: [
+          { type: "object", properties: { kind: { const: "circle" }, r: { type: "number", minimum: 0 } }, required: ["kind", "r"] },
+          { type: "object", properties: { kind: { const: "group" }, parts: { type: "array", items: { $ref: "#/$defs/shape" }, maxItems: 3 } }, required: ["kind", "parts"] },
+        ],
+      },
+    },
+    allOf: [{ $ref: "#/$defs/shape" }],
   },
 };
 
@@ -98,15 +123,21 @@ console.log(`ok: ${n} constrained replies parse and validate (Ajv)`);
   console.log("ok: json_object");
 }
 
-// An unsupported keyword is a 400 naming it.
-await assert.rejects(
-  client.chat.completions.create({
-    model, messages: [{ role: "user", content: "x" }],
-    response_format: { type: "json_schema", json_schema: { name: "n", schema: { type: "integer", minimum: 3 } } },
-  }),
-  (e) => e.status === 400 && /response_format\.json_schema\.schema\.minimum/.test(e.message),
-);
-console.log("ok: unsupported keyword named in a 400");
+// An unsupported keyword, a bad pattern, overlapping oneOf options: a 400 naming the path.
+for (const [schema, want] of [
+  [{ type: "integer", multipleOf: 3 }, /response_format\.json_schema\.schema\.multipleOf/],
+  [{ type: "string", pattern: "(a)\\1" }, /response_format\.json_schema\.schema\.pattern: backreferences/],
+  [{ oneOf: [{ type: "number" }, { type: "integer" }] }, /response_format\.json_schema\.schema\.oneOf: options 0 and 1/],
+]) {
+  await assert.rejects(
+    client.chat.completions.create({
+      model, messages: [{ role: "user", content: "x" }],
+      response_format: { type: "json_schema", json_schema: { name: "n", schema } },
+    }),
+    (e) => e.status === 400 && want.test(e.message),
+  );
+}
+console.log("ok: unsupported keyword, bad pattern and overlapping oneOf named in a 400");
 
 // logprobs through the SDK: the entries' tokens join to the content.
 {

@@ -220,6 +220,50 @@ TEST(Engine, ScriptStopsAtEndOfGenerationAndConstraintForces) {
   EXPECT_NE(got[1], 501);
 }
 
+// logprobs: every drawn token's, before on_token, from the raw row it was drawn from (the
+// backend's, not the constraint's masked copy), with the top n in order.
+TEST(Engine, LogprobsComeFromTheRawRowOfEachDraw) {
+  auto e = scripted_engine(512, 16, [](std::span<const int32_t>) {
+    return std::vector<int32_t>{500, 501, 502, 503, 504};
+  });
+  for (bool constrained : {false, true}) {
+    SCOPED_TRACE(constrained ? "with a constraint" : "without a constraint");
+    GenerateRequest req;
+    req.prompt = make_prompt(10, constrained ? 3 : 4);
+    req.max_tokens = 4;
+    req.sampling.temperature = 0.0f;
+    req.top_logprobs = 5;
+    if (constrained) {
+      req.constraint = [](std::span<float> logits, std::span<const int32_t>) -> int32_t {
+        logits[501] = -INFINITY;  // the script's second token
+        return -1;
+      };
+    }
+    std::vector<int32_t> tokens, reported;
+    GenerateCallbacks cb;
+    cb.on_logprobs = [&](int32_t token, const TokenLogprobs& lp) {
+      reported.push_back(token);
+      // The backend's last row is the one this token was drawn from.
+      const TokenLogprobs want = row_logprobs(e->backend().logits(-1), token, 5);
+      EXPECT_EQ(lp.logprob, want.logprob);
+      EXPECT_EQ(lp.top, want.top);
+      ASSERT_EQ(lp.top.size(), 5u);
+      for (size_t i = 1; i < lp.top.size(); ++i) EXPECT_GE(lp.top[i - 1].second, lp.top[i].second);
+      if (constrained && tokens.size() == 1) {
+        EXPECT_EQ(lp.top[0].first, 501) << "the raw row: the banned token still leads";
+        EXPECT_NE(token, 501);
+      }
+    };
+    cb.on_token = [&](int32_t t) {
+      tokens.push_back(t);
+      return true;
+    };
+    ASSERT_TRUE(e->generate(req, cb).ok());
+    EXPECT_EQ(reported, tokens) << "one report per token, before it";
+    EXPECT_EQ(tokens.size(), 4u);
+  }
+}
+
 // Thinking-off chat turns: P1 = H + G1 (G1 the generation prompt, here an empty thought
 // channel), then P2 = H + A + U + G2 where the history renders the answer A without G1. The
 // request marks H (and then H + A + U) as history, so the engine keeps exactly that cached.

@@ -28,7 +28,7 @@ namespace {
 
 struct Counts {
   std::atomic<int> evals{0}, eval_tokens{0}, all_logit_evals{0}, logits_reads{0}, samples{0},
-      checkpoints{0}, restores{0}, resets{0};
+      checkpoints{0}, restores{0}, resets{0}, logprob_calls{0};
   std::mutex mu;
   std::vector<int> eval_sizes;  // every eval's token count, in order
 };
@@ -74,6 +74,13 @@ class CountingBackend : public Backend {
     ++c_->samples;
     if (!device_sample_) return inner_->sample(p, history, coin);
     return sample_token(inner_->logits(-1), p, history, coin);
+  }
+  // With `device_sample`, logprobs as a device computes them: from the row where it lies, no
+  // logits() call through this interface.
+  TokenLogprobs token_logprobs(int32_t token, int top_n) override {
+    ++c_->logprob_calls;
+    if (!device_sample_) return Backend::token_logprobs(token, top_n);
+    return row_logprobs(inner_->logits(-1), token, top_n);
   }
 
  private:
@@ -160,6 +167,28 @@ void check_decode_work(bool device_sample) {
 
 TEST(DecodePath, HostSamplingCostsOneEvalAndOneRowPerToken) { check_decode_work(false); }
 TEST(DecodePath, DeviceSamplingCopiesNoLogits) { check_decode_work(true); }
+
+// logprobs: where the backend samples on the device it computes them there too
+// (Backend::token_logprobs), so asking for them moves no logits row per token either, and the
+// request still costs one eval per token.
+TEST(DecodePath, DeviceLogprobsCopyNoLogits) {
+  Served s;
+  ASSERT_NO_FATAL_FAILURE(start(s, true));
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "not streamed");
+    const nlohmann::json lp = {{"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}};
+    nlohmann::json warm = lp;
+    warm["max_tokens"] = 1;
+    (void)complete(s, false, warm);
+    const int evals0 = s.counts.evals, reads0 = s.counts.logits_reads, calls0 = s.counts.logprob_calls;
+    const int n = complete(s, stream, lp);
+    ASSERT_GT(n, 1);
+    EXPECT_EQ(s.counts.evals - evals0, 1 + (n - 1)) << "one prompt eval, then one eval per token";
+    // The first token's come from the prompt's row on the host, the rest from the backend.
+    EXPECT_EQ(s.counts.logprob_calls - calls0, n - 1);
+    EXPECT_LE(s.counts.logits_reads - reads0, 1) << "no logits row per token for logprobs";
+  }
+}
 
 }  // namespace
 }  // namespace gem::test

@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
   std::optional<int32_t> sample(const SamplingParams& params, std::span<const int32_t> history,
                                 double coin) override;
   std::vector<std::optional<int32_t>> sample_batch(std::span<const BatchSample> reqs) override;
+  TokenLogprobs token_logprobs(int32_t token, int top_n) override;  // logprobs.cu
   Status set_stage_profiler(StageProfiler* profiler) override;
 
  private:
