@@ -44,11 +44,14 @@ void round_to_f16_scalar(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_f32(f32_to_fp16(x[i]));
 }
 
+// 0.5·u·(1 + tanh(z)) = u / (1 + e^(-2z)), z = k·(u + 0.044715·u³): the form without the
+// cancellation of 1 + tanh(z) in float for negative u (as the SIMD paths compute it).
 void gelu_tanh_mul_scalar(float* gate, const float* up, int64_t n) {
   constexpr float k = 0.79788456080286535588f;  // sqrt(2/pi)
   for (int64_t i = 0; i < n; ++i) {
     const float u = gate[i];
-    gate[i] = 0.5f * u * (1.0f + std::tanh(k * (u + 0.044715f * u * u * u))) * up[i];
+    const float z = k * (u + 0.044715f * u * u * u);
+    gate[i] = u / (1.0f + std::exp(-2.0f * z)) * up[i];
   }
 }
 

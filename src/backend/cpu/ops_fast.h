@@ -68,8 +68,8 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
 void rms_norm_fast(const float* x, const float* w, int64_t n_rows, int n_cols, float eps, float* y,
                    ThreadPool& pool, Isa isa = active_isa());
 
-// gelu_tanh_mul() of ops_ref.h in float (tanhf, or a vector e^x on the SIMD paths), split over
-// the pool; each element's value does not depend on the split.
+// gelu_tanh_mul() of ops_ref.h in float, as u / (1 + e^(-2z)) (no cancellation for negative u;
+// a vector e^x on the SIMD paths), split over the pool; no element's value depends on the split.
 void gelu_tanh_mul_fast(float* gate, const float* up, int64_t n, ThreadPool& pool,
                         Isa isa = active_isa());
 
