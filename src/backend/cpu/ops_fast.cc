@@ -372,15 +372,17 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
 
   // Prompt tiles: a task is one KV head and a block of consecutive tokens (about kAttnBlockRows
   // query rows, so each K/V row loaded serves all of them), its chunks merged in order. Tasks
-  // go latest block first (causal: the latest see the most keys) to whichever thread is free.
+  // go head by head (consecutive tasks read the same K/V: 12B sliding layers at depth 4096, 1.46×
+  // fewer CPU-seconds than alternating heads, whose 1 MB of K/V each left the L2), within a head
+  // latest block first (causal: the latest see the most keys), to whichever thread is free.
   const int block_tok = std::max(1, kAttnBlockRows / group);
   const int n_blocks = (n_tokens + block_tok - 1) / block_tok;
   const int64_t n_units = static_cast<int64_t>(n_blocks) * n_kv_heads;
   pool.parallel_for_dynamic(n_units, 1, [&](int64_t begin, int64_t end, int slot) {
     const ThreadBuffers b = thread_buffers(scratch, slot, head_dim);
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int blk = n_blocks - 1 - static_cast<int>(unit / n_kv_heads);
-      const int g = static_cast<int>(unit % n_kv_heads);
+      const int g = static_cast<int>(unit / n_blocks);
+      const int blk = n_blocks - 1 - static_cast<int>(unit % n_blocks);
       const int t0 = blk * block_tok;
       const int n_tok = std::min(block_tok, n_tokens - t0);
       const int n_rows = n_tok * group;
