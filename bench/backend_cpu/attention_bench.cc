@@ -1,6 +1,13 @@
-// Decode attention of the CPU fast path at real Gemma 4 shapes and depth, beside the Q4_0 decode
-// matmuls of the same layers, to show whether attention dominates a decode step.
-//   gem_attention_bench [--depth N] [--threads N] [--model 12b|31b] [--kv f32|f16]
+// Attention of the CPU fast path at real Gemma 4 shapes and depth. Decode (--rows 1, the
+// default): beside the Q4_0 decode matmuls of the same layers, to show whether attention
+// dominates a decode step. Prompt (--rows N > 1): a tile of N query tokens after `depth` cached
+// positions (the cache in f16 or f32, the tile's own keys in f32, as forward_cpu hands them),
+// per layer kind, with its GFLOP/s (2 · 2 · head_dim per visible (query head, key) pair).
+// GEM_CPU_ISA=avx2|scalar picks a lower path (isa.h).
+//   gem_attention_bench [--depth N] [--rows N] [--threads N] [--model 12b|31b] [--kv f32|f16]
+#include <time.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops_fast.h"
 #include "base/dtype.h"
 #include "base/timer.h"
+#include "model/model.h"
 
 using namespace gem;
 using namespace gem::cpu;
@@ -22,10 +31,19 @@ struct Shape {
   int n_embd, n_ff, n_heads, kv_sliding, kv_full, n_sliding, n_full;
 };
 
-// Milliseconds per decode attention call of one layer (query at position depth).
-double time_attention(int n_heads, int n_kv, int head_dim, int window, int depth, bool f16,
-                      ThreadPool& pool) {
-  const int slots = window > 0 ? window : depth;
+// Milliseconds per attention call of one layer: `rows` query tokens at positions depth ..
+// depth + rows - 1. *flops: the call's multiply-adds × 2 over the visible (query head, key) pairs.
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// *cpu_ms: the process's CPU milliseconds per call (all threads; on a shared host the wall
+// time also counts the time the threads waited for a core).
+double time_attention(int n_heads, int n_kv, int head_dim, int window, int depth, int rows,
+                      bool f16, ThreadPool& pool, double* flops = nullptr, double* cpu_ms = nullptr) {
+  const int slots = window > 0 ? std::min(window + model::kRingSpare, depth) : depth;
   const size_t n = static_cast<size_t>(n_kv) * slots * head_dim;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.3f);
@@ -49,25 +67,40 @@ double time_attention(int n_heads, int n_kv, int head_dim, int window, int depth
   cache.slot_stride = head_dim;
   cache.n_slots = slots;
   if (window > 0) cache.pos = pos.data();
-  std::vector<float> tk(static_cast<size_t>(n_kv) * head_dim, 0.1f), tv = tk;
+  std::vector<float> tk(static_cast<size_t>(rows) * n_kv * head_dim), tv(tk.size());
+  for (size_t i = 0; i < tk.size(); ++i) {
+    tk[i] = fp16_to_f32(f32_to_fp16(nd(rng)));
+    tv[i] = fp16_to_f32(f32_to_fp16(nd(rng)));
+  }
   KvSegment tile;
   tile.k = tk.data();
   tile.v = tv.data();
   tile.head_stride = head_dim;
   tile.slot_stride = static_cast<int64_t>(n_kv) * head_dim;
   tile.pos_base = depth;
-  tile.n_slots = 1;
+  tile.n_slots = rows;
   const KvSegment segs[2] = {cache, tile};
-  std::vector<float> q(static_cast<size_t>(n_heads) * head_dim, 0.05f), out(q.size());
+  std::vector<float> q(static_cast<size_t>(rows) * n_heads * head_dim), out(q.size());
+  for (float& x : q) x = nd(rng);
+  std::vector<int32_t> qp(rows);
+  double pairs = 0;
+  for (int t = 0; t < rows; ++t) {
+    qp[t] = depth + t;
+    pairs += window > 0 ? std::min(window, depth + t + 1) : depth + t + 1;
+  }
+  if (flops != nullptr) *flops = pairs * n_heads * head_dim * 4.0;
   AttentionScratch scratch;
-  scratch.init(pool.size(), n_heads, n_kv, n_kv, head_dim, slots + 1);
-  const int32_t qp = depth;
-  attention_fast(q.data(), &qp, 1, n_heads, n_kv, head_dim, window, 1.0f, segs, out.data(), pool, scratch);
-  const int reps = 10;
+  scratch.init(pool.size(), n_heads, n_kv, n_kv, head_dim, slots + rows);
+  attention_fast(q.data(), qp.data(), rows, n_heads, n_kv, head_dim, window, 1.0f, segs, out.data(), pool,
+                 scratch);
+  const int reps = rows > 1 ? 2 : 10;
+  const double cpu0 = cpu_seconds();
   Timer t;
   for (int r = 0; r < reps; ++r) {
-    attention_fast(q.data(), &qp, 1, n_heads, n_kv, head_dim, window, 1.0f, segs, out.data(), pool, scratch);
+    attention_fast(q.data(), qp.data(), rows, n_heads, n_kv, head_dim, window, 1.0f, segs, out.data(),
+                   pool, scratch);
   }
+  if (cpu_ms != nullptr) *cpu_ms = (cpu_seconds() - cpu0) / reps * 1e3;
   return t.seconds() / reps * 1e3;
 }
 
@@ -98,19 +131,35 @@ double time_matmul(int rows, int cols, ThreadPool& pool) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int depth = 4096, threads = 0;
+  int depth = 4096, threads = 0, rows = 1;
   std::string model = "12b", kv = "f16";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--depth")) depth = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--rows")) rows = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
     if (!std::strcmp(argv[i], "--kv")) kv = argv[i + 1];
   }
   const Shape s = model == "31b" ? Shape{5376, 21504, 32, 16, 4, 50, 10} : Shape{3840, 15360, 16, 8, 1, 40, 8};
   ThreadPool pool(threads);
   const bool f16 = kv == "f16";
-  const double att_sliding = time_attention(s.n_heads, s.kv_sliding, 256, 1024, depth, f16, pool);
-  const double att_full = time_attention(s.n_heads, s.kv_full, 512, 0, depth, f16, pool);
+  std::printf("path %s\n", isa_description().c_str());
+  if (rows > 1) {
+    double fl_s = 0, fl_f = 0, cpu_s = 0, cpu_f = 0;
+    const double ms_s = time_attention(s.n_heads, s.kv_sliding, 256, 1024, depth, rows, f16, pool, &fl_s, &cpu_s);
+    const double ms_f = time_attention(s.n_heads, s.kv_full, 512, 0, depth, rows, f16, pool, &fl_f, &cpu_f);
+    std::printf("model %s, %d query tokens after depth %d, KV %s, %d threads\n", model.c_str(), rows,
+                depth, kv.c_str(), pool.size());
+    std::printf("per layer: sliding %.1f ms wall, %.1f ms CPU (%.1f GFLOP per CPU-second); "
+                "full %.1f ms wall, %.1f ms CPU (%.1f GFLOP per CPU-second)\n",
+                ms_s, cpu_s, fl_s / cpu_s * 1e-6, ms_f, cpu_f, fl_f / cpu_f * 1e-6);
+    std::printf("per prompt tile: attention %.2f s wall, %.2f CPU-s over %d sliding + %d full layers\n",
+                (s.n_sliding * ms_s + s.n_full * ms_f) * 1e-3, (s.n_sliding * cpu_s + s.n_full * cpu_f) * 1e-3,
+                s.n_sliding, s.n_full);
+    return 0;
+  }
+  const double att_sliding = time_attention(s.n_heads, s.kv_sliding, 256, 1024, depth, 1, f16, pool);
+  const double att_full = time_attention(s.n_heads, s.kv_full, 512, 0, depth, 1, f16, pool);
   // One layer's matmuls, approximated by the FFN matrix (3 per layer) and the attention
   // projections scaled from it by their weight counts.
   const double ffn = time_matmul(s.n_ff, s.n_embd, pool);

@@ -1,25 +1,28 @@
-// Fast variants of the ops in ops_ref.h for the CPU fast path: float accumulation, AVX2/F16C
-// dot products where the build has them, parallel over (token, head) or rows through the pool.
-// Same parameters in the same order as the reference, plus the pool and scratch.
+// Fast variants of the ops in ops_ref.h for the CPU fast path: float accumulation, parallel over
+// (token, head) or rows through the pool, inner loops on a SIMD path chosen at run time
+// (isa.h: AVX-512 or AVX2 kernels where the CPU has them, else plain loops; ops_kernels.h). Same
+// parameters in the same order as the reference, plus the pool and scratch, and last the path
+// (active_isa() unless a test or benchmark names another supported one).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/ops_ref.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace gem::cpu {
 
 // Float helpers (vectorised): Σ a[i]·b[i]; the same with b stored as IEEE half; y += s·x.
-float dot_f32(const float* a, const float* b, int n);
-float dot_f16(const float* a, const uint16_t* b, int n);
-void axpy_f32(float s, const float* x, float* y, int n);
-void axpy_f16(float s, const uint16_t* x, float* y, int n);
+float dot_f32(const float* a, const float* b, int n, Isa isa = active_isa());
+float dot_f16(const float* a, const uint16_t* b, int n, Isa isa = active_isa());
+void axpy_f32(float s, const float* x, float* y, int n, Isa isa = active_isa());
+void axpy_f16(float s, const uint16_t* x, float* y, int n, Isa isa = active_isa());
 
 // x[i] <- f16(x[i]): rounds values to what an f16 cache will hand back.
-void round_to_f16(float* x, int64_t n);
+void round_to_f16(float* x, int64_t n, Isa isa = active_isa());
 
 // Attention works on chunks of kAttnChunk absolute positions: each chunk's visible keys give a
 // partial softmax (max, sum, weighted V) for every query head of a KV group (K and V read once
@@ -54,18 +57,20 @@ struct AttentionScratch {
 };
 
 // attention() of ops_ref.h in float. One token: parallel over (KV head, chunk); several tokens:
-// over (KV head, block of tokens), register tiles of query rows × keys. Bit-identical either way:
-// a row's arithmetic does not depend on the rows it is computed with.
+// over (KV head, block of tokens), register tiles of query rows × keys. Bit-identical either way
+// on one path: a row's arithmetic does not depend on the rows it is computed with.
 void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_heads,
                     int n_kv_heads, int head_dim, int window, float scale,
                     std::span<const KvSegment> segments, float* out, ThreadPool& pool,
-                    AttentionScratch& scratch);
+                    AttentionScratch& scratch, Isa isa = active_isa());
 
 // rms_norm() of ops_ref.h in float, rows split over the pool.
 void rms_norm_fast(const float* x, const float* w, int64_t n_rows, int n_cols, float eps, float* y,
-                   ThreadPool& pool);
+                   ThreadPool& pool, Isa isa = active_isa());
 
-// gelu_tanh_mul() of ops_ref.h with tanhf, split over the pool.
-void gelu_tanh_mul_fast(float* gate, const float* up, int64_t n, ThreadPool& pool);
+// gelu_tanh_mul() of ops_ref.h in float, as u / (1 + e^(-2z)) (no cancellation for negative u;
+// a vector e^x on the SIMD paths), split over the pool; no element's value depends on the split.
+void gelu_tanh_mul_fast(float* gate, const float* up, int64_t n, ThreadPool& pool,
+                        Isa isa = active_isa());
 
 }  // namespace gem::cpu
