@@ -184,6 +184,80 @@ TEST(Speculative, StopsWhereThePlainLoopStops) {
   EXPECT_EQ(generate(*e3, prompt, 40, &some, -1, 1.3f).tokens, pen.tokens);
 }
 
+// draft_min (llama-server's --draft-min): every round asks for at least that many tokens (even
+// when the adaptation would ask for fewer), and a shorter draft is dropped (no verification:
+// that round is a plain step); the output stays plain greedy's. The round parts are timed.
+class ShortDrafter : public DraftSource {
+ public:
+  ShortDrafter(std::vector<int32_t> truth, int n) : truth_(std::move(truth)), n_(n) {}
+  std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override {
+    (void)root;
+    (void)row;
+    asked.push_back(k);
+    std::vector<int32_t> out;
+    for (int i = 0; i < std::min(k, n_) && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
+      out.push_back(truth_[pos + 1 + i]);
+    }
+    return out;
+  }
+  std::vector<int> asked;
+
+ private:
+  std::vector<int32_t> truth_;
+  int n_;
+};
+
+TEST(Speculative, DraftMinAsksForAtLeastAndDropsShorterDrafts) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  const std::vector<int32_t> prompt = prompt_of(20);
+  auto plain_engine = cpu_engine(128);
+  const Output plain = generate(*plain_engine, prompt, 30, nullptr);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
+  auto run = [&](ShortDrafter& d, int draft_min) {
+    auto e = cpu_engine(128);
+    GenerateRequest req;
+    req.prompt = prompt;
+    req.max_tokens = 30;
+    req.sampling.temperature = 0.0f;
+    req.stop_at_eog = false;
+    req.drafter = &d;
+    req.draft_max = 6;
+    req.draft_min = draft_min;
+    Output out;
+    GenerateCallbacks cb;
+    cb.on_token = [&](int32_t t) {
+      out.tokens.push_back(t);
+      return true;
+    };
+    auto r = e->generate(req, cb);
+    EXPECT_TRUE(r.ok()) << r.message();
+    if (r.ok()) out.result = *r;
+    return out;
+  };
+  // Drafts of 2 (always right) under draft_min 3: all dropped, plain steps only.
+  ShortDrafter two(truth, 2);
+  const Output dropped = run(two, 3);
+  EXPECT_EQ(dropped.tokens, plain.tokens);
+  EXPECT_EQ(dropped.result.n_drafted, 0);
+  EXPECT_EQ(dropped.result.n_rounds, 0);
+  // Drafts of 4 (always right), draft_min 4: every round verifies 4 (the length would otherwise
+  // start at 6 and stay there): asked for >= 4 each time, rounds timed.
+  ShortDrafter four(truth, 4);
+  const Output kept = run(four, 4);
+  EXPECT_EQ(kept.tokens, plain.tokens);
+  EXPECT_GT(kept.result.n_rounds, 0);
+  EXPECT_EQ(kept.result.n_draft_accepted, kept.result.n_drafted);
+  EXPECT_EQ(kept.result.n_drafted, 4 * kept.result.n_rounds);
+  // Fewer than draft_min only where max_tokens leaves less room (the last 3 tokens).
+  int fewer = 0;
+  for (int k : four.asked) fewer += k < 4 ? 1 : 0;
+  EXPECT_LE(fewer, 3);
+  EXPECT_GT(kept.result.verify_seconds, 0.0);
+  EXPECT_GT(kept.result.draft_seconds, 0.0);
+  EXPECT_EQ(kept.result.truncate_seconds, 0.0);  // nothing rejected
+}
+
 // A second request that extends the first one's history reuses the cache the speculative rounds
 // left (rolled back to the history boundary, rejected drafts truncated on the way): its output
 // equals a fresh engine's.
