@@ -294,7 +294,7 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     const Run& run = runs[ri];
     const int slot = rows[run.row0].slot;
-    if (run.n <= kRowsRunMax && rows_ok_) {
+    if (run.n <= std::min(kRowsRunMax, rows_max_) && rows_ok_) {  // a pass holds rows_max_ rows
       if (static_cast<int>(pending.size()) + run.n > rows_max_) GEM_RETURN_IF_ERROR(flush(false));
       for (int i = run.row0; i < run.row0 + run.n; ++i) pending.push_back(i);
       continue;
