@@ -11,6 +11,7 @@
 // verification, truncation) in ms per round.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -197,14 +198,9 @@ Result<std::vector<double>> parse_rates(const char* flag, const std::string& s) 
   std::vector<double> out;
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');) {
-    size_t used = 0;
-    double v = -1.0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || item.empty() || !(v >= 0.0 && v <= 1.0)) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(v >= 0.0 && v <= 1.0)) {
       return errorf("%s: '%s' is not a rate in [0, 1]", flag, item.c_str());
     }
     out.push_back(v);

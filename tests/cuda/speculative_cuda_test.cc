@@ -19,61 +19,10 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/mtp_draft.h"
+#include "runtime/speculative_util.h"
 
 namespace gem::runtime {
 namespace {
-
-// Proposes the known continuation `truth` (prompt, then plain greedy output): right for the
-// first `right` tokens of each round, then a token shifted by one id.
-class OracleDrafter : public DraftSource {
- public:
-  OracleDrafter(std::vector<int32_t> truth, int right) : truth_(std::move(truth)), right_(right) {}
-  std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override {
-    (void)row;
-    EXPECT_EQ(root, truth_.at(pos)) << "the root is the target's own token at its position";
-    std::vector<int32_t> out;
-    for (int i = 0; i < k && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
-      const int32_t t = truth_[pos + 1 + i];
-      out.push_back(i < right_ ? t : (t + 1) % 256);
-    }
-    return out;
-  }
-
- private:
-  std::vector<int32_t> truth_;
-  int right_;
-};
-
-struct Output {
-  std::vector<int32_t> tokens;
-  GenerateResult result;
-};
-
-Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, DraftSource* drafter) {
-  GenerateRequest req;
-  req.prompt = prompt;
-  req.max_tokens = max_tokens;
-  req.sampling.temperature = 0.0f;
-  req.stop_at_eog = false;
-  req.drafter = drafter;
-  req.draft_max = 8;
-  Output out;
-  GenerateCallbacks cb;
-  cb.on_token = [&](int32_t t) {
-    out.tokens.push_back(t);
-    return true;
-  };
-  auto r = e.generate(req, cb);
-  EXPECT_TRUE(r.ok()) << r.message();
-  if (r.ok()) out.result = *r;
-  return out;
-}
-
-std::vector<int32_t> prompt_of(int n) {
-  std::vector<int32_t> p = {2};
-  for (int i = 1; i < n; ++i) p.push_back(300 + (i * 53) % 4000);
-  return p;
-}
 
 std::unique_ptr<Engine> cuda_engine(const model::Model& m, int n_ctx) {
   BackendOptions o;

@@ -5,7 +5,8 @@
 // layers of [norm, Q product, q-norm + RoPE at P (qkv_prologue with no K/V heads), the decode
 // attention over the target's cache of layer N−2 or N−1 of the slot, O product, epilogue, FFN,
 // epilogue], the final norm, the tied head (raw logits) and the post-projection, whose h_next is
-// written where the next step's pre-projection reads h. No cache is written.
+// written where the next step's pre-projection reads h. No cache is written. The assistant's
+// weights live in the backend's allocations (freed with it); the drafter's scratch is its own.
 //
 // The attention: the decode kernel takes a query whose own key is already in the cache at its
 // position, and sees keys pos−window+1 .. pos. The draft query at P must see 0 .. P−1 (full) and
