@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 23's CUDA figures on the GPU machine (run from the repository root there, .device/deps
-# carried as for bench/cuda/h200_run.sh), in steps that fit a call each:
+# carried as for bench/cuda/h200_run.sh), in steps, one or several a call (in order:
+# `bash bench/cuda/h200_mtp.sh build 12b 31b`; a fresh machine has no build):
 #   bash bench/cuda/h200_mtp.sh build   gem, the test models and the CUDA MTP tests; runs the
 #                                       drafter test (CUDA drafter vs CPU drafter, device-side
 #                                       drafting, hidden rows) and the lossless test (greedy with
@@ -12,7 +13,6 @@
 #   bash bench/cuda/h200_mtp.sh 31b     the same for the 31B
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out: mtp.txt (the summary), build.log.
 set -u
-step=${1:-build}
 OUT=${OUT:-/tmp/gem-out}
 mkdir -p "$OUT"
 source bench/cuda/device_deps.sh
@@ -23,6 +23,7 @@ M=/tmp/models
 mkdir -p $M
 results() { grep -E "^\[  (FAILED|PASSED|  OK|SKIPPED)|Failure|Expected|Which|rel L2|drafted|DIFFERS|equals"; }
 
+for step in "${@:-build}"; do
 case $step in
 build)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/mtp.txt"
@@ -49,5 +50,7 @@ build)
   $GEM bench -m $M/g$p.gguf --backend cuda -p 512 -n 256 -r 3 --mtp $M/mtp-g$p.gguf \
     --forced-acceptance 1,0.9,0.7,0.5 -v 2>>"$OUT/bench.log" | tee -a "$OUT/mtp.txt"
   ;;
+*) log "unknown step $step (build, 12b, 31b)"; exit 2 ;;
 esac
 log "$step done"
+done
