@@ -10,6 +10,22 @@
 
 namespace gem {
 
+Result<std::vector<int32_t>> Drafter::draft_greedy(int slot, int32_t root,
+                                                   std::span<const float> h0, int pos, int k) {
+  if (k < 1) return errorf("draft: %d steps asked, expected at least 1", k);
+  std::vector<int32_t> out;
+  std::vector<float> h(h0.begin(), h0.end());
+  int32_t c = root;
+  for (int i = 0; i < k; ++i) {
+    GEM_RETURN_IF_ERROR(step(slot, c, h, pos));
+    const std::span<const float> l = logits();
+    c = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(c);
+    h.assign(h_next().begin(), h_next().end());
+  }
+  return out;
+}
+
 TokenLogprobs row_logprobs(std::span<const float> row, int32_t token, int top_n) {
   GEM_CHECK(token >= 0 && static_cast<size_t>(token) < row.size(),
             "row_logprobs: token %d outside the row [0, %zu)", token, row.size());

@@ -70,6 +70,12 @@ class Drafter {
   // [target n_embd], the h of the next step. Valid until the next step.
   virtual std::span<const float> logits() const = 0;
   virtual std::span<const float> h_next() const = 0;
+  // k greedy steps from (root, h0) at position pos, each step's token the previous step's arg-max
+  // (lowest id on ties) and its h the previous h_next: the k draft tokens. The default runs k
+  // step() calls and picks on the host; the CUDA drafter picks on the device and replays the k
+  // steps as one graph, so only the k tokens come back. logits()/h_next() are then unspecified.
+  virtual Result<std::vector<int32_t>> draft_greedy(int slot, int32_t root,
+                                                    std::span<const float> h0, int pos, int k);
 };
 
 // Called after each prompt tile: (tokens done, tokens total). Returning false cancels the eval.

@@ -6,6 +6,9 @@
 // for hax (v0.4.0, src/config.c and src/provider.c) HAX_LLAMACPP_BASE_URL (+ HAX_LLAMACPP_API_KEY
 // with a key) and HAX_PROVIDER=llamacpp, the id of its llama.cpp provider, unless HAX_PROVIDER is
 // already set (hax treats a set variable, even empty, as the user's choice).
+//
+// An MTP assistant named mtp-<model file name> in the model's folder is used for speculative
+// decoding (as --mtp) unless --mtp names another or --no-mtp is given.
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -20,6 +23,7 @@
 
 #include "base/log.h"
 #include "cli/command.h"
+#include "cli/mtp_flags.h"
 #include "cli/serve_common.h"
 
 extern char** environ;
@@ -45,6 +49,15 @@ int run_agent(AgentArgs& a) {
     GEM_LOG_WARN("agent: binding %s; the server is reachable beyond loopback", a.serve.host.c_str());
   }
   if (Status st = resolve_api_key(a.serve); !st.ok()) return fail("agent", st.message());
+  // The MTP assistant beside the model (mtp-<model file name>) drafts unless --mtp names another
+  // or --no-mtp turns drafting off.
+  if (a.serve.mtp.mtp.empty() && !a.serve.mtp.no_mtp) {
+    a.serve.mtp.mtp = assistant_beside(a.serve.model);
+    if (!a.serve.mtp.mtp.empty()) {
+      a.serve.notices.push_back("speculative decoding with " + a.serve.mtp.mtp +
+                                ", found beside the model (--no-mtp: off)");
+    }
+  }
   print_notices("agent", a.serve);
   auto running = start_server(a.serve);
   if (!running.ok()) return fail("agent", running.message());

@@ -1,8 +1,17 @@
 // gem bench: prompt-processing (ppN) and generation (tgN) throughput at chosen context depths,
 // llama-bench style: random tokens, the depth filled untimed before each repetition, median and
 // samples per test, a markdown table or JSON. Works with the CPU and the CUDA backend.
+//
+// With --mtp ASSISTANT: speculative decoding's throughput against plain greedy decoding of the
+// same random prompt in the same run — the assistant as it is (with random weights, acceptance
+// ~0: the adaptation's cost), and with --forced-acceptance RATES a benchmark-only mode (never
+// reachable from the server): the assistant drafts in full, then each proposal is replaced by
+// the target's known greedy continuation with probability RATE per token (else a wrong token),
+// so the round's machinery runs at a chosen acceptance. -v adds the round's parts (drafting,
+// verification, truncation) in ms per round.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -18,7 +27,9 @@
 #include "cli/backend_flags.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
+#include "cli/mtp_flags.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #if GEM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -40,6 +51,8 @@ struct BenchArgs {
   std::string output = "md";
   bool verbose = false;
   std::string parallel;  // batched mode: sequence counts (llama-batched-bench's -npl)
+  MtpFlags mtp;           // speculative mode: --mtp, --no-mtp, --draft-max, --draft-min
+  std::string forced;     // --forced-acceptance: per-token acceptance rates, comma-separated
 };
 
 struct Test {
@@ -153,6 +166,167 @@ Result<BatchedResult> run_batched(const model::Model& m, const std::string& back
   return r;
 }
 
+// Forced acceptance (gem bench only): the inner drafter (the assistant) runs in full, then each
+// of its proposals is replaced by the target's own greedy token at that position with
+// probability `rate`, else by a token it would not choose, so drafts are accepted token by token
+// at that rate until the first miss.
+class ForcedDrafter final : public runtime::DraftSource {
+ public:
+  ForcedDrafter(runtime::DraftSource& inner, const std::vector<int32_t>& truth, double rate,
+                int n_vocab)
+      : inner_(inner), truth_(truth), rate_(rate), n_vocab_(n_vocab), rng_(7) {}
+  std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override {
+    std::vector<int32_t> out = inner_.propose(root, pos, row, k);
+    std::uniform_real_distribution<double> coin(0.0, 1.0);
+    for (size_t i = 0; i < out.size() && pos + 1 + i < truth_.size(); ++i) {
+      const int32_t t = truth_[pos + 1 + i];
+      out[i] = coin(rng_) < rate_ ? t : (t + 1) % n_vocab_;
+    }
+    return out;
+  }
+
+ private:
+  runtime::DraftSource& inner_;
+  const std::vector<int32_t>& truth_;
+  double rate_;
+  int n_vocab_;
+  std::mt19937 rng_;
+};
+
+// A flag's comma-separated list of rates in [0, 1].
+Result<std::vector<double>> parse_rates(const char* flag, const std::string& s) {
+  std::vector<double> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(v >= 0.0 && v <= 1.0)) {
+      return errorf("%s: '%s' is not a rate in [0, 1]", flag, item.c_str());
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return errorf("%s: no rate given", flag);
+  return out;
+}
+
+struct SpecRow {
+  std::string mode;
+  std::vector<double> tps;
+  runtime::GenerateResult last;  // of the last repetition: counts and the round's parts
+};
+
+// Speculative mode: plain greedy decoding of n_gen tokens after a random prompt of n_prompt
+// tokens (its output is the forced modes' truth), then the same request with the assistant as
+// it is and at each forced rate; a warm-up request before each, then `reps` timed ones.
+int run_speculative(const BenchArgs& a, const model::Model& m, std::unique_ptr<Backend> backend,
+                    int n_prompt, int n_gen) {
+  std::vector<double> rates;
+  if (!a.forced.empty()) {
+    auto r = parse_rates("--forced-acceptance", a.forced);
+    if (!r.ok()) return fail("bench", r.message());
+    rates = *r;
+  }
+  runtime::Engine engine(std::move(backend));
+  const std::string backend_name(engine.backend().name());
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> tok(0, m.config.n_vocab - 1);
+  runtime::GenerateRequest req;
+  req.prompt.push_back(2);  // <bos>
+  for (int i = 1; i < n_prompt; ++i) req.prompt.push_back(tok(rng));
+  req.max_tokens = n_gen;
+  req.sampling.temperature = 0.0f;
+  req.stop_at_eog = false;
+  req.draft_max = a.mtp.draft_max;
+  req.draft_min = a.mtp.draft_min;
+  std::vector<int32_t> truth;
+  // One mode: a warm-up request, then the timed ones (tokens/s over the decode only: the prompt
+  // is the cached one after the first request).
+  auto measure = [&](const std::string& mode, runtime::DraftSource* drafter) -> Result<SpecRow> {
+    SpecRow row;
+    row.mode = mode;
+    req.drafter = drafter;
+    for (int r = 0; r <= a.reps; ++r) {
+      std::vector<int32_t> out;
+      runtime::GenerateCallbacks cb;
+      cb.on_token = [&out](int32_t t) {
+        out.push_back(t);
+        return true;
+      };
+      auto res = engine.generate(req, cb);
+      if (!res.ok()) return res.status().with_context(mode + ": ");
+      if (truth.empty()) {
+        truth = req.prompt;
+        truth.insert(truth.end(), out.begin(), out.end());
+      }
+      if (r == 0) continue;
+      row.tps.push_back(res->n_generated / res->decode_seconds);
+      row.last = *res;
+    }
+    std::fprintf(stderr, "bench: %s done (median %.2f t/s)\n", mode.c_str(), median(row.tps));
+    return row;
+  };
+  std::vector<SpecRow> rows;
+  auto plain = measure("plain", nullptr);
+  if (!plain.ok()) return fail("bench", plain.message());
+  rows.push_back(*plain);
+  auto drafter = make_mtp_drafter(engine.backend(), a.mtp);
+  if (!drafter.ok()) return fail("bench", drafter.message());
+  auto as_is = measure("mtp", drafter->get());
+  if (!as_is.ok()) return fail("bench", as_is.message());
+  rows.push_back(*as_is);
+  for (double rate : rates) {
+    ForcedDrafter forced(**drafter, truth, rate, m.config.n_vocab);
+    auto r = measure(strprintf("mtp forced %.2f", rate), &forced);
+    if (!r.ok()) return fail("bench", r.message());
+    rows.push_back(*r);
+  }
+
+  const double base = median(rows[0].tps);
+  const std::string model_name =
+      strprintf("gemma4 %s", std::string(model::profile_name(m.config.profile)).c_str());
+  if (a.output == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const SpecRow& r : rows) {
+      const runtime::GenerateResult& g = r.last;
+      const double per_round = g.n_rounds > 0 ? 1e3 / g.n_rounds : 0.0;
+      out.push_back({{"model", model_name}, {"file", a.model}, {"mtp", a.mtp.mtp},
+                     {"backend", backend_name}, {"kv_type", a.kv_type}, {"mode", r.mode},
+                     {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"draft_max", a.mtp.draft_max},
+                     {"draft_min", a.mtp.draft_min}, {"median_tps", median(r.tps)},
+                     {"samples_tps", r.tps}, {"speedup", median(r.tps) / base},
+                     {"drafted", g.n_drafted}, {"accepted", g.n_draft_accepted},
+                     {"rounds", g.n_rounds}, {"draft_ms_per_round", g.draft_seconds * per_round},
+                     {"verify_ms_per_round", g.verify_seconds * per_round},
+                     {"truncate_ms_per_round", g.truncate_seconds * per_round},
+                     {"build_commit", build_commit()}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("| model | backend | kv | test | mode | drafted | accepted | rate | t/s (median) | vs plain |%s\n",
+              a.verbose ? " rounds | draft ms/round | verify ms/round | truncate ms/round |" : "");
+  std::printf("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |%s\n",
+              a.verbose ? " ---: | ---: | ---: | ---: |" : "");
+  for (const SpecRow& r : rows) {
+    const runtime::GenerateResult& g = r.last;
+    std::printf("| %s | %s | %s | tg%d @ p%d | %s | %d | %d | %.3f | %.2f | %.2fx |", model_name.c_str(),
+                backend_name.c_str(), a.kv_type.c_str(), n_gen, n_prompt, r.mode.c_str(), g.n_drafted,
+                g.n_draft_accepted, g.n_drafted > 0 ? static_cast<double>(g.n_draft_accepted) / g.n_drafted : 0.0,
+                median(r.tps), median(r.tps) / base);
+    if (a.verbose) {
+      const double per_round = g.n_rounds > 0 ? 1e3 / g.n_rounds : 0.0;
+      std::printf(" %d | %.3f | %.3f | %.3f |", g.n_rounds, g.draft_seconds * per_round,
+                  g.verify_seconds * per_round, g.truncate_seconds * per_round);
+    }
+    std::printf("\n");
+  }
+  if (a.verbose) {
+    std::printf("\nplain decode: %.3f ms/token\n", 1e3 / base);
+  }
+  std::printf("\nbuild: %s\n", build_commit());
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   auto prompts = parse_int_list("-p", a.prompts, 0);
   auto gens = parse_int_list("-n", a.gens, 0);
@@ -177,6 +351,10 @@ int run_bench(const BenchArgs& a) {
     }
   }
   if (tests.empty()) return fail("bench", "no test: every -p and -n value is 0");
+  if (a.mtp.on()) {  // the prompt, then the generated tokens
+    need_ctx = std::max(1, *std::max_element(prompts->begin(), prompts->end())) +
+               *std::max_element(gens->begin(), gens->end()) + 1;
+  }
 
   auto loaded = model::load_model(a.model);
   if (!loaded.ok()) return fail("bench", "loading " + a.model + ": " + loaded.message());
@@ -198,6 +376,7 @@ int run_bench(const BenchArgs& a) {
   o.n_threads = a.threads;
   // Each sequence count makes its own backend (its slots are fixed at creation).
   if (!a.parallel.empty()) {
+    if (a.mtp.on()) return fail("bench", "--parallel and --mtp: one at a time");
     auto seqs = parse_int_list("--parallel", a.parallel, 1);
     if (!seqs.ok()) return fail("bench", seqs.message());
     const int pp = (*prompts)[0], tg = (*gens)[0];
@@ -245,6 +424,15 @@ int run_bench(const BenchArgs& a) {
   if (backend == "cuda") made = Status::error("this gem was built without the CUDA backend");
 #endif
   if (!made.ok()) return fail("bench", made.message());
+  if (a.mtp.on()) {
+    if ((*prompts).size() != 1 || (*gens).size() != 1 || (*depths).size() != 1 || (*depths)[0] != 0 ||
+        (*gens)[0] < 1) {
+      return fail("bench", "--mtp takes one -p value (the prompt), one -n value (at least 1) and no "
+                           "depth");
+    }
+    return run_speculative(a, m, std::move(made).value(), std::max((*prompts)[0], 1), (*gens)[0]);
+  }
+  if (!a.forced.empty()) return fail("bench", "--forced-acceptance needs --mtp");
   Backend& b = **made;
   if (backend == "cpu") {
     std::fprintf(stderr, "bench: cpu kernels %s, packed weights %.2f GB\n",
@@ -336,11 +524,17 @@ RunFn setup_bench(CLI::App& sub) {
   sub.add_option("-t,--threads", a->threads, "CPU threads (0 = all)");
   sub.add_option("-c,--ctx-size", a->n_ctx, "context size (default: the largest depth + test)");
   sub.add_option("-o,--output", a->output, "md (table) or json")->check(CLI::IsMember({"md", "json"}));
-  sub.add_flag("-v,--verbose", a->verbose, "print the CUDA backend's tuning record");
+  sub.add_flag("-v,--verbose", a->verbose,
+               "print the CUDA backend's tuning record; with --mtp, the round's parts in ms");
   sub.add_option("--parallel", a->parallel,
                  "batched mode (llama-batched-bench): sequence counts, comma-separated; each "
                  "sequence evaluates its own -p prompt in one batch, then -n steps of one token "
                  "per sequence");
+  add_mtp_flags(sub, a->mtp);
+  sub.add_option("--forced-acceptance", a->forced,
+                 "with --mtp, benchmark only: also run with the assistant's proposals replaced by "
+                 "the target's own greedy tokens at these per-token rates, comma-separated "
+                 "(e.g. 1,0.9,0.7,0.5)");
   return [a] { return run_bench(*a); };
 }
 

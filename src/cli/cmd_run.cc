@@ -9,10 +9,10 @@
 #include "base/timer.h"
 #include "chat/chat.h"
 #include "cli/backend_flags.h"
+#include "cli/mtp_flags.h"
 #include "cli/command.h"
 #include "model/assistant.h"
 #include "runtime/engine.h"
-#include "runtime/mtp_draft.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gem::cli {
@@ -34,8 +34,7 @@ struct RunFlags {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int64_t seed = -1;
-  std::string mtp;     // the MTP assistant GGUF (speculative decoding)
-  int draft_max = 8;
+  MtpFlags mtp;        // --mtp, --no-mtp, --draft-max, --draft-min
   BackendFlags backend;
 };
 
@@ -90,16 +89,12 @@ int run(const RunFlags& f) {
   runtime::Engine engine(std::move(*model), std::move(*backend), std::move(*tokenizer));
   // Speculative decoding with the MTP assistant: greedy runs give the same tokens as without it,
   // sampled ones the same distribution (the engine's verification).
-  std::unique_ptr<runtime::MtpDraftSource> drafter;
-  if (!f.mtp.empty()) {
-    if (f.draft_max < 1) return fail(cmd, strprintf("--draft-max %d: at least 1", f.draft_max));
-    auto a = model::load_assistant(f.mtp);
-    if (!a.ok()) return fail(cmd, "--mtp " + f.mtp + ": " + a.message());
-    auto d = runtime::MtpDraftSource::make(engine.backend(), std::move(a).value());
-    if (!d.ok()) return fail(cmd, "--mtp " + f.mtp + ": " + d.message());
-    drafter = std::move(d).value();
-    req.drafter = drafter.get();
-    req.draft_max = f.draft_max;
+  auto drafter = make_mtp_drafter(engine.backend(), f.mtp);
+  if (!drafter.ok()) return fail(cmd, drafter.message());
+  if (*drafter) {
+    req.drafter = drafter->get();
+    req.draft_max = f.mtp.draft_max;
+    req.draft_min = f.mtp.draft_min;
   }
   StreamDecoder decoder(engine.tokenizer(), f.show_special);
   Timer progress_timer;
@@ -133,7 +128,7 @@ int run(const RunFlags& f) {
                r.prompt_seconds, r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
                r.n_generated, r.decode_seconds,
                r.decode_seconds > 0 ? r.n_generated / r.decode_seconds : 0.0);
-  if (drafter) {
+  if (*drafter) {
     std::fprintf(stderr, "gem run: drafted %d tokens, accepted %d (%.1f %%)\n", r.n_drafted,
                  r.n_draft_accepted, r.n_drafted > 0 ? 100.0 * r.n_draft_accepted / r.n_drafted : 0.0);
   }
@@ -158,10 +153,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--presence-penalty", f->presence_penalty, "presence penalty");
   app.add_option("--frequency-penalty", f->frequency_penalty, "frequency penalty");
   app.add_option("-s,--seed", f->seed, "random seed (default: random)");
-  app.add_option("--mtp", f->mtp,
-                 "MTP assistant GGUF (gemma4-assistant) for speculative decoding (lossless: greedy "
-                 "output unchanged, sampling's distribution unchanged); CPU backend for now");
-  app.add_option("--draft-max", f->draft_max, "tokens drafted per round with --mtp (default 8)");
+  add_mtp_flags(app, f->mtp);
   add_backend_flags(app, f->backend);
   return [f] { return run(*f); };
 }

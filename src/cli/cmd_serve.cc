@@ -35,9 +35,7 @@
 #include "cli/command.h"
 #include "cli/serve_common.h"
 #include "model/model.h"
-#include "model/assistant.h"
 #include "runtime/engine.h"
-#include "runtime/mtp_draft.h"
 #include "runtime/scripted_backend.h"
 #include "tokenizer/tokenizer.h"
 
@@ -110,11 +108,7 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
                  "auto (CUDA when a GPU is present), cpu, cuda, or scripted:FILE (test-only "
                  "scripted outputs, see runtime/scripted_backend.h)")->group(kModel);
   app.add_flag("--reference", a.reference, "CPU: the plain scalar reference path")->group(kModel);
-  app.add_option("--mtp", a.mtp,
-                 "MTP assistant GGUF (gemma4-assistant): speculative decoding, lossless (greedy "
-                 "output and sampling's distribution unchanged); CPU backend for now")->group(kModel);
-  app.add_option("--draft-max", a.draft_max, "tokens drafted per round with --mtp (default 8)")
-      ->group(kModel);
+  add_mtp_flags(app, a.mtp, kModel);
   app.add_option("-a,--alias", a.alias,
                  "model name in /v1/models and responses (default: file stem); comma-separated "
                  "names add aliases, the first is the id")->group(kModel);
@@ -453,14 +447,12 @@ Status load_into(const ServeArgs& a, RunningServer& running) {
   std::string chat_template;
   if (auto t = m->file->get_string("tokenizer.chat_template"); t.ok()) chat_template = std::string(*t);
   auto engine = std::make_unique<runtime::Engine>(std::move(m), std::move(backend), std::move(tok));
-  if (!a.mtp.empty()) {
-    if (a.draft_max < 1) return errorf("--draft-max %d: at least 1", a.draft_max);
-    auto assistant = model::load_assistant(a.mtp);
-    if (!assistant.ok()) return assistant.status().with_context("--mtp " + a.mtp + ": ");
-    auto drafter = runtime::MtpDraftSource::make(engine->backend(), std::move(assistant).value());
-    if (!drafter.ok()) return drafter.status().with_context("--mtp " + a.mtp + ": ");
-    running.server->set_drafter(std::move(drafter).value(), a.draft_max);
-    GEM_LOG_INFO("mtp: %s drafts up to %d tokens a round", a.mtp.c_str(), a.draft_max);
+  auto drafter = make_mtp_drafter(engine->backend(), a.mtp);
+  if (!drafter.ok()) return drafter.status();
+  if (*drafter) {
+    running.server->set_drafter(std::move(drafter).value(), a.mtp.draft_max, a.mtp.draft_min);
+    GEM_LOG_INFO("mtp: %s drafts %d..%d tokens a round", a.mtp.mtp.c_str(), a.mtp.draft_min,
+                 a.mtp.draft_max);
   }
   running.server->set_engine(std::move(engine), std::move(chat_template));
   return ok_status();

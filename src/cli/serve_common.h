@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "cli/backend_flags.h"
+#include "cli/mtp_flags.h"
 #include "server/server.h"
 
 namespace gem::cli {
@@ -56,8 +57,7 @@ struct ServeArgs {
   bool metrics = false;                // --metrics: GET /metrics
   bool slots = true;                   // --slots / --no-slots: GET /slots
   int n_parallel = -1;                 // -np: sequence slots (-1: chosen from memory, make_backend_default_slots)
-  std::string mtp;                     // --mtp: the MTP assistant GGUF (speculative decoding)
-  int draft_max = 8;                   // --draft-max: tokens drafted per round
+  MtpFlags mtp;                        // --mtp, --no-mtp, --draft-max, --draft-min
 
   // One-line notices for flags accepted for llama-server compatibility that change nothing here,
   // printed when the server starts.

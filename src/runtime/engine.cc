@@ -238,10 +238,7 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
   for (;;) {
     if (!emit(root)) return ok_status();
     const int cur = n + result.n_generated - 1;  // root's position
-    const int k = spec.draft_len(cur, n_ctx(), result.n_generated);
-    std::vector<int32_t> drafts =
-        k > 0 ? request.drafter->propose(root, cur, spec.root_row(), k) : std::vector<int32_t>{};
-    if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
+    const std::vector<int32_t> drafts = spec.propose(root, cur, n_ctx(), result);
     if (drafts.empty()) {
       // A plain decode step (on CUDA the decode graph, sampling on the device).
       const int32_t one[1] = {root};

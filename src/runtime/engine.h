@@ -71,6 +71,9 @@ struct GenerateRequest {
   // reported through GenerateCallbacks::on_logprobs; -1: none. Such requests decode one token at
   // a time (no drafting).
   int top_logprobs = -1;
+  // llama-server's --draft-min: a round drafts at least this many tokens (when the context and
+  // max_tokens leave room), and a shorter draft is dropped (that round decodes one token).
+  int draft_min = 0;
 };
 
 struct GenerateCallbacks {
@@ -99,6 +102,12 @@ struct GenerateResult {
   double callback_cpu_seconds = 0.0;  // CPU time of this thread in on_token (no scheduler waits)
   int n_drafted = 0;           // draft tokens verified (llama-server's timings.draft_n)
   int n_draft_accepted = 0;    // of them, accepted (draft_n_accepted)
+  // Speculative rounds (a draft verified) and the time of their parts: drafting (propose),
+  // verification (the batched eval), truncation of the rejected tail.
+  int n_rounds = 0;
+  double draft_seconds = 0.0;
+  double verify_seconds = 0.0;
+  double truncate_seconds = 0.0;
 };
 
 class Engine {

@@ -107,11 +107,17 @@ int32_t Speculation::choose(std::span<const float> row) {
   return sample_token(row, request_.sampling, history_, sampled_ ? rng_.next_double() : 0.0);
 }
 
-bool Speculation::verify(std::span<const float> row, int32_t d, int32_t* next) {
+int32_t Speculation::pick(Backend& backend, int i) {
+  const size_t r = static_cast<size_t>(i);
+  return r < picks_.size() && picks_[r] ? *picks_[r] : choose(backend.batch_logits(i));
+}
+
+bool Speculation::verify(Backend& backend, int i, int32_t d, int32_t* next) {
   if (!sampled_) {
-    *next = choose(row);
+    *next = pick(backend, i);
     return *next == d;
   }
+  const std::span<const float> row = backend.batch_logits(i);
   const std::vector<std::pair<int32_t, float>> dist =
       sampling_distribution(row, request_.sampling, history_);
   float p_d = 0.0f;
@@ -133,13 +139,25 @@ bool Speculation::verify(std::span<const float> row, int32_t d, int32_t* next) {
 }
 
 int Speculation::draft_len(int cur, int n_ctx, int n_generated) {
-  int k = std::min(k_cur_, n_ctx - 1 - cur);
+  int k = std::min(std::max(k_cur_, request_.draft_min), n_ctx - 1 - cur);
   if (request_.max_tokens >= 0) k = std::min(k, request_.max_tokens - n_generated);
   if (pause_ > 0) {
     --pause_;
     k = 0;
   }
   return std::max(0, k);
+}
+
+std::vector<int32_t> Speculation::propose(int32_t root, int cur, int n_ctx,
+                                          GenerateResult& result) {
+  const int k = draft_len(cur, n_ctx, result.n_generated);
+  if (k <= 0) return {};
+  Timer timer;
+  std::vector<int32_t> drafts = request_.drafter->propose(root, cur, root_row_, k);
+  if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
+  if (static_cast<int>(drafts.size()) < request_.draft_min) drafts.clear();
+  if (!drafts.empty()) result.draft_seconds += timer.seconds();
+  return drafts;
 }
 
 Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
@@ -151,12 +169,27 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
   for (size_t i = 0; i < drafts.size(); ++i) {
     rows_.push_back({slot, cur + 1 + static_cast<int>(i), drafts[i], true});
   }
+  Timer timer;
   GEM_RETURN_IF_ERROR(backend.eval_batch(rows_));
   const int n_drafts = static_cast<int>(drafts.size());
+  picks_.clear();
+  if (!sampled_) {
+    // Row i follows the history (root included) and the drafts before it.
+    ext_.assign(history_.begin(), history_.end());
+    ext_.insert(ext_.end(), drafts.begin(), drafts.end());
+    std::vector<Backend::BatchSample> reqs(drafts.size() + 1);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].params = &request_.sampling;
+      reqs[i].history = std::span<const int32_t>(ext_.data(), history_.size() + i);
+    }
+    picks_ = backend.sample_batch(reqs);
+  }
+  result.verify_seconds += timer.seconds();
+  result.n_rounds++;
   result.n_drafted += n_drafts;
   int accepted = 0;
   int32_t bonus = -1;
-  while (accepted < n_drafts && verify(backend.batch_logits(accepted), drafts[accepted], &bonus)) {
+  while (accepted < n_drafts && verify(backend, accepted, drafts[accepted], &bonus)) {
     const int32_t d = drafts[accepted];
     ++accepted;
     result.n_draft_accepted++;
@@ -166,9 +199,15 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
     }
   }
   // Every draft accepted: the last row gives the next token.
-  if (accepted == n_drafts) bonus = choose(backend.batch_logits(accepted));
+  if (accepted == n_drafts) {
+    bonus = sampled_ ? choose(backend.batch_logits(accepted)) : pick(backend, accepted);
+  }
   // Keep root and the accepted drafts; the rejected ones leave the cache.
-  if (accepted < n_drafts) GEM_RETURN_IF_ERROR(backend.slot_truncate(slot, cur + 1 + accepted));
+  if (accepted < n_drafts) {
+    timer.reset();
+    GEM_RETURN_IF_ERROR(backend.slot_truncate(slot, cur + 1 + accepted));
+    result.truncate_seconds += timer.seconds();
+  }
   k_cur_ = accepted == n_drafts ? std::min(request_.draft_max, 2 * k_cur_) : accepted + 1;
   if (accepted > 0) {
     misses_ = 0;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -76,11 +77,18 @@ class Speculation {
   Speculation(const GenerateRequest& request, Rng& rng, const std::vector<int32_t>& history);
   // A token from `row` as this request draws it (greedy, or sampled with the next coin).
   int32_t choose(std::span<const float> row);
-  // Drafts to ask for at the root's position `cur` (0: none this time: paused, or no room).
+  // Drafts to ask for at the root's position `cur` (0: none this time: paused, or no room); at
+  // least the request's draft_min where there is room.
   int draft_len(int cur, int n_ctx, int n_generated);
+  // This round's drafts after `root` at `cur`: draft_len of them at most from the request's
+  // drafter, none when it gives fewer than draft_min (llama-server's --draft-min). The drafting
+  // time goes to result.draft_seconds.
+  std::vector<int32_t> propose(int32_t root, int cur, int n_ctx, GenerateResult& result);
   // One verification round of `drafts` (non-empty) after `root`. `emit` hands out each accepted
   // draft (false: generation ended, *ended = true). Otherwise *next is the new root (chosen,
-  // not yet emitted) and root_row() the row of the last eval_batch it came from.
+  // not yet emitted) and root_row() the row of the last eval_batch it came from. Greedy rows are
+  // picked with one Backend::sample_batch (the CUDA backend's device arg-max, equal to the host
+  // pick), the rest on the host. Counts the round and times verification and truncation.
   Status round(Backend& backend, int slot, int32_t root, int cur, std::span<const int32_t> drafts,
                const std::function<bool(int32_t)>& emit, GenerateResult& result, bool* ended,
                int32_t* next);
@@ -89,7 +97,9 @@ class Speculation {
   void set_root_row(int row) { root_row_ = row; }
 
  private:
-  bool verify(std::span<const float> row, int32_t d, int32_t* next);
+  bool verify(Backend& backend, int i, int32_t d, int32_t* next);
+  // The target's greedy choice at verification row i: the backend's pick, else the host's.
+  int32_t pick(Backend& backend, int i);
 
   const GenerateRequest& request_;
   Rng& rng_;
@@ -98,6 +108,8 @@ class Speculation {
   int k_cur_, misses_ = 0, pause_ = 0, pause_len_ = 8;
   int root_row_ = -1;
   std::vector<BatchRow> rows_;
+  std::vector<std::optional<int32_t>> picks_;  // greedy: sample_batch's picks of the round's rows
+  std::vector<int32_t> ext_;                   // greedy: history + drafts (the rows' penalty windows)
 };
 
 }  // namespace gem::runtime

@@ -1,7 +1,7 @@
 // MtpDraftSource (see mtp_draft.h).
 #include "runtime/mtp_draft.h"
 
-#include <algorithm>
+#include <utility>
 
 #include "base/log.h"
 
@@ -19,22 +19,13 @@ Result<std::unique_ptr<MtpDraftSource>> MtpDraftSource::make(
 std::vector<int32_t> MtpDraftSource::propose(int32_t root, int pos, int row, int k) {
   // The root's row: the prompt's last row (row -1, eval) or a verification row (eval_batch).
   const std::span<const float> h0 = row < 0 ? backend_.hidden(-1) : backend_.batch_hidden(row);
-  std::vector<int32_t> out;
-  if (h0.empty()) return out;  // no hidden row kept: no drafts this round
-  h_.assign(h0.begin(), h0.end());
-  int32_t c = root;
-  for (int i = 0; i < k; ++i) {
-    if (Status st = drafter_->step(0, c, h_, pos); !st.ok()) {
-      GEM_LOG_WARN("mtp: draft step failed, no drafts this round: %s", st.message().c_str());
-      break;
-    }
-    const std::span<const float> logits = drafter_->logits();
-    c = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(c);
-    const std::span<const float> h = drafter_->h_next();
-    h_.assign(h.begin(), h.end());
+  if (h0.empty()) return {};  // no hidden row kept: no drafts this round
+  auto drafts = drafter_->draft_greedy(0, root, h0, pos, k);
+  if (!drafts.ok()) {
+    GEM_LOG_WARN("mtp: drafting failed, no drafts this round: %s", drafts.message().c_str());
+    return {};
   }
-  return out;
+  return std::move(drafts).value();
 }
 
 }  // namespace gem::runtime

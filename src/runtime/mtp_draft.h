@@ -28,7 +28,6 @@ class MtpDraftSource final : public DraftSource {
   Backend& backend_;
   std::unique_ptr<model::Assistant> assistant_;  // before the drafter: it outlives it
   std::unique_ptr<Drafter> drafter_;
-  std::vector<float> h_;
 };
 
 }  // namespace gem::runtime

@@ -525,11 +525,7 @@ bool Scheduler::draft_round(Slot& slot) {
   const GenerateRequest& request = *slot.task->request;
   GenerateResult& result = slot.task->result;
   const int cur = static_cast<int>(request.prompt.size()) + result.n_generated - 1;
-  const int k = slot.spec->draft_len(cur, n_ctx(), result.n_generated);
-  std::vector<int32_t> drafts =
-      k > 0 ? request.drafter->propose(slot.pending, cur, slot.spec->root_row(), k)
-            : std::vector<int32_t>{};
-  if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
+  const std::vector<int32_t> drafts = slot.spec->propose(slot.pending, cur, n_ctx(), result);
   if (drafts.empty()) return false;  // a plain step instead
   auto emit_one = [&](int32_t token) {
     slot.generated.push_back(token);

@@ -367,9 +367,11 @@ void Server::set_model_info(ModelInfo info) {
   info_known_ = true;
 }
 
-void Server::set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draft_max) {
+void Server::set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draft_max,
+                         int draft_min) {
   drafter_ = std::move(drafter);
   draft_max_ = draft_max;
+  draft_min_ = draft_min;
 }
 
 void Server::set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template) {
@@ -1091,6 +1093,7 @@ bool Server::run_job(Job& job, http::Response& res) {
   greq.stop_at_eog = !cr.ignore_eos;
   greq.drafter = drafter_.get();  // the engine drafts for requests without a constraint
   greq.draft_max = draft_max_;
+  greq.draft_min = draft_min_;
   std::unique_ptr<LogprobRecorder> recorder;
   std::vector<runtime::Constraint> constraints;
   if (cr.top_logprobs >= 0) {

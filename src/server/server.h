@@ -137,8 +137,9 @@ class Server {
   // runs requests one at a time through the engine itself.
   void set_engine(std::unique_ptr<runtime::Engine> engine, std::string chat_template);
   // Speculative decoding (--mtp): requests without a constraint draft with `drafter` (over the
-  // engine's backend), up to draft_max tokens a round. Call before set_engine.
-  void set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draft_max);
+  // engine's backend), up to draft_max tokens a round (a draft under draft_min is dropped).
+  // Call before set_engine.
+  void set_drafter(std::unique_ptr<runtime::DraftSource> drafter, int draft_max, int draft_min = 0);
   // Serves until stop(). Returns false when the server could not run.
   bool run();
   // Stops at once: running requests are cut as by a shutdown whose grace period ran out.
@@ -189,6 +190,7 @@ class Server {
   std::unique_ptr<runtime::Scheduler> scheduler_;  // -np > 1: runs the requests over the slots
   std::unique_ptr<runtime::DraftSource> drafter_;  // set_drafter's
   int draft_max_ = 8;
+  int draft_min_ = 0;
   mutable std::mutex info_mu_;
   ModelInfo info_;               // guarded by info_mu_
   bool info_known_ = false;      // guarded by info_mu_

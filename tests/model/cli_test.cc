@@ -160,5 +160,113 @@ TEST(GemCli, RunWithTheMtpAssistantPrintsWhatPlainGreedyPrints) {
   EXPECT_NE(wrong.out.find("--mtp " + model + ":"), std::string::npos) << wrong.out;
 }
 
+// --no-mtp turns drafting off whatever --mtp says; --draft-min drafts at least that many tokens a
+// round (the greedy text unchanged); bad draft bounds are named.
+TEST(GemCli, RunNoMtpAndDraftMin) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string model = test::fixture("tiny-q4_0.gguf");
+  const std::string mtp = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  GEM_REQUIRE_FIXTURE(model);
+  GEM_REQUIRE_FIXTURE(mtp);
+  const std::string common = "run -m " + model + " --backend cpu -t 1 --temp 0 -n 20 -p Hello";
+  // The generated text: stdout, flushed token by token before the summary lines on stderr.
+  auto text = [](const std::string& out) {
+    std::string kept, line;
+    std::istringstream in(out.substr(0, out.find("gem run: load")));
+    while (std::getline(in, line)) {
+      if (line.rfind("gem ", 0) != 0) kept += line + "\n";
+    }
+    return kept;
+  };
+  CmdResult plain = run_gem(common);
+  CmdResult off = run_gem(common + " --mtp " + mtp + " --no-mtp");
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  ASSERT_EQ(off.rc, 0) << off.out;
+  EXPECT_EQ(off.out.find("gem run: drafted"), std::string::npos) << off.out;
+  CmdResult min = run_gem(common + " --mtp " + mtp + " --draft-min 3 --draft-max 4");
+  ASSERT_EQ(min.rc, 0) << min.out;
+  EXPECT_NE(min.out.find("gem run: drafted "), std::string::npos) << min.out;
+  EXPECT_FALSE(text(plain.out).empty()) << plain.out;
+  EXPECT_EQ(text(min.out), text(plain.out));
+  EXPECT_EQ(text(off.out), text(plain.out));
+  CmdResult bad = run_gem(common + " --mtp " + mtp + " --draft-min 9");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("--draft-min 9: expected 0..8 (--draft-max)"), std::string::npos) << bad.out;
+  CmdResult zero = run_gem(common + " --mtp " + mtp + " --draft-max 0");
+  EXPECT_NE(zero.rc, 0);
+  EXPECT_NE(zero.out.find("--draft-max 0: expected at least 1"), std::string::npos) << zero.out;
+}
+
+// gem bench --mtp: plain greedy decoding, the assistant as it is and the forced-acceptance
+// rates, one row each in one run; at rate 1 every draft is accepted (the target's own tokens),
+// at rate 0 none; -v adds the round's parts. Refusals are named.
+TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string model = test::fixture("tiny-q4_0.gguf");
+  const std::string mtp = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  GEM_REQUIRE_FIXTURE(model);
+  GEM_REQUIRE_FIXTURE(mtp);
+  const std::string common = "bench -m " + model + " --backend cpu -t 1 -p 8 -n 40 -r 1";
+  CmdResult b = run_gem(common + " --mtp " + mtp + " --forced-acceptance 1,0 -v -o json");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const auto j = nlohmann::json::parse(b.out.substr(b.out.find("\n[") + 1));
+  ASSERT_EQ(j.size(), 4u) << b.out;
+  EXPECT_EQ(j[0]["mode"], "plain");
+  EXPECT_EQ(j[0]["drafted"], 0);
+  EXPECT_EQ(j[1]["mode"], "mtp");
+  EXPECT_GT(j[1]["drafted"].get<int>(), 0);
+  EXPECT_EQ(j[2]["mode"], "mtp forced 1.00");
+  EXPECT_GT(j[2]["drafted"].get<int>(), 0);
+  EXPECT_EQ(j[2]["accepted"], j[2]["drafted"]);
+  EXPECT_GT(j[2]["rounds"].get<int>(), 0);
+  EXPECT_LT(j[2]["rounds"].get<int>(), 40 / 2) << "rounds of several tokens each";
+  EXPECT_GT(j[2]["verify_ms_per_round"].get<double>(), 0.0);
+  EXPECT_GT(j[2]["draft_ms_per_round"].get<double>(), 0.0);
+  EXPECT_EQ(j[3]["mode"], "mtp forced 0.00");
+  EXPECT_EQ(j[3]["accepted"], 0);
+  for (const auto& row : j) EXPECT_GT(row["median_tps"].get<double>(), 0.0) << row;
+  CmdResult md = run_gem(common + " --mtp " + mtp + " --forced-acceptance 0.5 -v");
+  ASSERT_EQ(md.rc, 0) << md.out;
+  EXPECT_NE(md.out.find("| mtp forced 0.50 |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("verify ms/round"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("plain decode: "), std::string::npos) << md.out;
+  CmdResult no_mtp = run_gem(common + " --forced-acceptance 1");
+  EXPECT_NE(no_mtp.rc, 0);
+  EXPECT_NE(no_mtp.out.find("--forced-acceptance needs --mtp"), std::string::npos) << no_mtp.out;
+  CmdResult bad_rate = run_gem(common + " --mtp " + mtp + " --forced-acceptance 1.5");
+  EXPECT_NE(bad_rate.rc, 0);
+  EXPECT_NE(bad_rate.out.find("--forced-acceptance: '1.5' is not a rate in [0, 1]"), std::string::npos)
+      << bad_rate.out;
+  CmdResult two = run_gem("bench -m " + model + " --backend cpu -t 1 -p 8,16 -n 8 -r 1 --mtp " + mtp);
+  EXPECT_NE(two.rc, 0);
+  EXPECT_NE(two.out.find("--mtp takes one -p value"), std::string::npos) << two.out;
+}
+
+// gem agent drafts with mtp-<model file name> beside the model (its /props says so) unless
+// --no-mtp; without such a file it serves without drafting.
+TEST(GemCli, AgentUsesTheAssistantBesideTheModel) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string model = test::fixture("tiny-q4_0.gguf");
+  const std::string mtp = test::fixture("mtp/tiny-q4_0-assistant.gguf");
+  GEM_REQUIRE_FIXTURE(model);
+  GEM_REQUIRE_FIXTURE(mtp);
+  const std::string dir = test::temp_dir() + "/agent-mtp";
+  ASSERT_EQ(test::run_command("mkdir -p " + dir + " && ln -sf " + model + " " + dir + "/m.gguf").first, 0);
+  const std::string props = " -- bash -c 'curl -sf \"${OPENAI_BASE_URL%/v1}/props\"'";
+  const std::string agent = "agent -m " + dir + "/m.gguf --backend cpu -t 1 -c 256";
+  CmdResult none = run_gem(agent + props);
+  ASSERT_EQ(none.rc, 0) << none.out;
+  EXPECT_NE(none.out.find("\"speculative\":false"), std::string::npos) << none.out;
+  ASSERT_EQ(test::run_command("ln -sf " + mtp + " " + dir + "/mtp-m.gguf").first, 0);
+  CmdResult with = run_gem(agent + props);
+  ASSERT_EQ(with.rc, 0) << with.out;
+  EXPECT_NE(with.out.find("\"speculative\":true"), std::string::npos) << with.out;
+  EXPECT_NE(with.out.find("speculative decoding with " + dir + "/mtp-m.gguf, found beside the model"),
+            std::string::npos) << with.out;
+  CmdResult off = run_gem(agent + " --no-mtp" + props);
+  ASSERT_EQ(off.rc, 0) << off.out;
+  EXPECT_NE(off.out.find("\"speculative\":false"), std::string::npos) << off.out;
+}
+
 }  // namespace
 }  // namespace gem

@@ -13,59 +13,10 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/mtp_draft.h"
+#include "runtime/speculative_util.h"
 
 namespace gem::runtime {
 namespace {
-
-// Proposes the known continuation `truth` (the whole token sequence: prompt, then plain greedy
-// output), right for the first `right` tokens of each round and wrong after that (a token shifted
-// by one id), never right with right = 0.
-class OracleDrafter : public DraftSource {
- public:
-  OracleDrafter(std::vector<int32_t> truth, int right) : truth_(std::move(truth)), right_(right) {}
-  std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override {
-    EXPECT_EQ(root, truth_.at(pos)) << "the root is the target's own token at its position";
-    EXPECT_GE(row, -1);
-    std::vector<int32_t> out;
-    for (int i = 0; i < k && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
-      const int32_t t = truth_[pos + 1 + i];
-      out.push_back(i < right_ ? t : (t + 1) % 256);
-    }
-    ++calls;
-    return out;
-  }
-  int calls = 0;
-
- private:
-  std::vector<int32_t> truth_;
-  int right_;
-};
-
-struct Output {
-  std::vector<int32_t> tokens;
-  GenerateResult result;
-};
-
-Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, DraftSource* drafter,
-             int stop_after = -1, float repeat_penalty = 1.0f) {
-  GenerateRequest req;
-  req.prompt = prompt;
-  req.max_tokens = max_tokens;
-  req.sampling.temperature = 0.0f;
-  req.sampling.repeat_penalty = repeat_penalty;
-  req.stop_at_eog = false;  // a random model's end of turn would cut every run short
-  req.drafter = drafter;
-  Output r;
-  GenerateCallbacks cb;
-  cb.on_token = [&](int32_t t) {
-    r.tokens.push_back(t);
-    return stop_after < 0 || static_cast<int>(r.tokens.size()) < stop_after;
-  };
-  auto res = e.generate(req, cb);
-  EXPECT_TRUE(res.ok()) << res.message();
-  if (res.ok()) r.result = *res;
-  return r;
-}
 
 const model::Model* tiny_model() {
   static std::unique_ptr<model::Model> model = [] {
@@ -91,11 +42,6 @@ std::unique_ptr<Engine> cpu_engine(int n_ctx) {
   return std::make_unique<Engine>(std::move(b).value());
 }
 
-std::vector<int32_t> prompt_of(int n) {
-  std::vector<int32_t> p = {2};
-  for (int i = 1; i < n; ++i) p.push_back(300 + (i * 53) % 4000);
-  return p;
-}
 
 TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
   GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
@@ -182,6 +128,80 @@ TEST(Speculative, StopsWhereThePlainLoopStops) {
   auto e3 = cpu_engine(128);
   OracleDrafter some(truth3, 4);
   EXPECT_EQ(generate(*e3, prompt, 40, &some, -1, 1.3f).tokens, pen.tokens);
+}
+
+// draft_min (llama-server's --draft-min): every round asks for at least that many tokens (even
+// when the adaptation would ask for fewer), and a shorter draft is dropped (no verification:
+// that round is a plain step); the output stays plain greedy's. The round parts are timed.
+class ShortDrafter : public DraftSource {
+ public:
+  ShortDrafter(std::vector<int32_t> truth, int n) : truth_(std::move(truth)), n_(n) {}
+  std::vector<int32_t> propose(int32_t root, int pos, int row, int k) override {
+    (void)root;
+    (void)row;
+    asked.push_back(k);
+    std::vector<int32_t> out;
+    for (int i = 0; i < std::min(k, n_) && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
+      out.push_back(truth_[pos + 1 + i]);
+    }
+    return out;
+  }
+  std::vector<int> asked;
+
+ private:
+  std::vector<int32_t> truth_;
+  int n_;
+};
+
+TEST(Speculative, DraftMinAsksForAtLeastAndDropsShorterDrafts) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  const std::vector<int32_t> prompt = prompt_of(20);
+  auto plain_engine = cpu_engine(128);
+  const Output plain = generate(*plain_engine, prompt, 30, nullptr);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
+  auto run = [&](ShortDrafter& d, int draft_min) {
+    auto e = cpu_engine(128);
+    GenerateRequest req;
+    req.prompt = prompt;
+    req.max_tokens = 30;
+    req.sampling.temperature = 0.0f;
+    req.stop_at_eog = false;
+    req.drafter = &d;
+    req.draft_max = 6;
+    req.draft_min = draft_min;
+    Output out;
+    GenerateCallbacks cb;
+    cb.on_token = [&](int32_t t) {
+      out.tokens.push_back(t);
+      return true;
+    };
+    auto r = e->generate(req, cb);
+    EXPECT_TRUE(r.ok()) << r.message();
+    if (r.ok()) out.result = *r;
+    return out;
+  };
+  // Drafts of 2 (always right) under draft_min 3: all dropped, plain steps only.
+  ShortDrafter two(truth, 2);
+  const Output dropped = run(two, 3);
+  EXPECT_EQ(dropped.tokens, plain.tokens);
+  EXPECT_EQ(dropped.result.n_drafted, 0);
+  EXPECT_EQ(dropped.result.n_rounds, 0);
+  // Drafts of 4 (always right), draft_min 4: every round verifies 4 (the length would otherwise
+  // start at 6 and stay there): asked for >= 4 each time, rounds timed.
+  ShortDrafter four(truth, 4);
+  const Output kept = run(four, 4);
+  EXPECT_EQ(kept.tokens, plain.tokens);
+  EXPECT_GT(kept.result.n_rounds, 0);
+  EXPECT_EQ(kept.result.n_draft_accepted, kept.result.n_drafted);
+  EXPECT_EQ(kept.result.n_drafted, 4 * kept.result.n_rounds);
+  // Fewer than draft_min only where max_tokens leaves less room (the last 3 tokens).
+  int fewer = 0;
+  for (int k : four.asked) fewer += k < 4 ? 1 : 0;
+  EXPECT_LE(fewer, 3);
+  EXPECT_GT(kept.result.verify_seconds, 0.0);
+  EXPECT_GT(kept.result.draft_seconds, 0.0);
+  EXPECT_EQ(kept.result.truncate_seconds, 0.0);  // nothing rejected
 }
 
 // A second request that extends the first one's history reuses the cache the speculative rounds

@@ -213,6 +213,7 @@ Status CudaBackend::eval_run(int slot, std::span<const BatchRow> rows, std::span
                                        stream_));
       }
     }
+    if (keep_hidden_) keep_batch_hidden(rank.subspan(done, n));
     // One synchronisation per tile: the pinned step buffers are reused by the next.
     GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     past_[slot] += n;
@@ -237,6 +238,7 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   logits_host_.assign(static_cast<size_t>(wanted) * V, 0.0f);
   batch_dev_row_.assign(wanted, -1);
   batch_on_host_.assign(wanted, 1);
+  begin_hidden(wanted);
 
   // Runs: a slot's consecutive rows.
   struct Run {
@@ -267,6 +269,11 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
       any = any || r.logits;
     }
     rows_pass(n, any);
+    if (keep_hidden_) {
+      std::vector<int> ranks(n);
+      for (int j = 0; j < n; ++j) ranks[j] = rank[pending[j]];
+      keep_batch_hidden(ranks);
+    }
     for (int j = 0; j < n; ++j) {
       const int k = rank[pending[j]];
       if (k < 0) continue;
@@ -287,7 +294,7 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     const Run& run = runs[ri];
     const int slot = rows[run.row0].slot;
-    if (run.n <= kRowsRunMax && rows_ok_) {
+    if (run.n <= std::min(kRowsRunMax, rows_max_) && rows_ok_) {  // a pass holds rows_max_ rows
       if (static_cast<int>(pending.size()) + run.n > rows_max_) GEM_RETURN_IF_ERROR(flush(false));
       for (int i = run.row0; i < run.row0 + run.n; ++i) pending.push_back(i);
       continue;

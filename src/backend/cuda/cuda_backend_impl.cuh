@@ -86,11 +86,30 @@ class CudaBackend final : public Backend {
   std::vector<std::optional<int32_t>> sample_batch(std::span<const BatchSample> reqs) override;
   TokenLogprobs token_logprobs(int32_t token, int top_n) override;  // logprobs.cu
   Status set_stage_profiler(StageProfiler* profiler) override;
+  // Kept hidden rows and the MTP drafter (drafter_cuda.cu).
+  void set_keep_hidden(bool on) override {
+    keep_hidden_ = on;
+    hidden_valid_ = false;  // rows of an eval before the switch were not kept
+  }
+  std::span<const float> hidden(int row) override;
+  std::span<const float> batch_hidden(int i) override;
+  Result<std::unique_ptr<Drafter>> make_drafter(const model::Assistant& assistant) override;
 
  private:
+  friend class CudaDrafter;  // reads the weights, caches and stream; uploads through upload_matrix
   void* dev_alloc(size_t bytes);
   Status upload_matrix(std::span<const model::TensorView* const> parts, DevMatrix* out);
   Status upload_f32(const model::TensorView& t, const float** out);
+  // RoPE inverse frequencies of a head width and base in f64, `factors` (rope_freqs, full
+  // layers) folded in.
+  Status upload_inv_freq(int head_dim, float theta, const float* factors, const double** out);
+  // The kept hidden rows (keep_hidden_): an eval's or eval_batch's start sizes hidden_host_ for
+  // its `rows` logit rows; keep_hidden_rows enqueues the copy of h_'s rows [src, src+n) (the
+  // final-normed rows the head reads) to hidden rows [dst, dst+n); keep_batch_hidden copies h_'s
+  // row i to hidden row rank[i] for every rank[i] >= 0 (a pass's rows that ask for logits).
+  void begin_hidden(int rows);
+  void keep_hidden_rows(int src, int dst, int n);
+  void keep_batch_hidden(std::span<const int> rank);
   void forward_tile(int n, bool want_head);
   void layer_decode(const model::LayerPlan& p, const DevLayer& L, bool last);
   void layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
@@ -246,6 +265,10 @@ class CudaBackend final : public Backend {
   int32_t* sample_outs_dev_ = nullptr;  // [rows_max_] sample_batch's picks
   int32_t* hists_dev_ = nullptr;        // [rows_max_, 256] their penalty windows
   int32_t* pinned_batch_ = nullptr;     // pinned: [rows_max_] picks, then [rows_max_, 256] windows
+
+  bool keep_hidden_ = false;        // set_keep_hidden
+  bool hidden_valid_ = false;       // the last eval / eval_batch kept its rows' hidden states
+  std::vector<float> hidden_host_;  // [rows, E] beside the logit rows
 };
 
 // Decode splits over `keys` keys: about per_sm blocks per SM over the KV heads once there are

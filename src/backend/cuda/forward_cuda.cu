@@ -562,6 +562,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
   logits_pending_ = false;
   logits_last_dev_ = logits_dev_;
   tile_slot_ = 0;
+  begin_hidden(logits_rows_);
   for (int done = 0; done < n_total;) {
     const int n = std::min(T_, n_total - done);
     const bool last_tile = done + n == n_total;
@@ -612,6 +613,9 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
                                        logits_dev_, V * sizeof(float), cudaMemcpyDeviceToHost,
                                        stream_));
       }
+    }
+    if (keep_hidden_ && (all_logits || last_tile)) {
+      keep_hidden_rows(all_logits ? 0 : n - 1, all_logits ? done : 0, all_logits ? n : 1);
     }
     // One synchronisation per tile: the step parameters' pinned buffer is reused next tile.
     GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -106,6 +106,21 @@ Status CudaBackend::upload_f32(const model::TensorView& t, const float** out) {
   return ok_status();
 }
 
+Status CudaBackend::upload_inv_freq(int head_dim, float theta, const float* factors,
+                                    const double** out) {
+  const int D = head_dim;
+  std::vector<double> inv(D / 2);
+  for (int k = 0; k < D / 2; ++k) {
+    inv[k] = std::pow(static_cast<double>(theta), -2.0 * k / D) /
+             (factors ? static_cast<double>(factors[k]) : 1.0);
+  }
+  void* dinv = dev_alloc(inv.size() * sizeof(double));
+  if (!dinv) return errorf("cuda: out of device memory for RoPE frequencies");
+  GEM_CUDA_CHECK(cudaMemcpy(dinv, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
+  *out = static_cast<const double*>(dinv);
+  return ok_status();
+}
+
 Status CudaBackend::upload_weights() {
   const model::Weights& w = model_.weights;
   Timer timer;
@@ -151,19 +166,11 @@ Status CudaBackend::upload_weights() {
       GEM_CUDA_CHECK(cudaMemcpy(d, &one, sizeof(float), cudaMemcpyHostToDevice));
       L.out_scale = static_cast<const float*>(d);
     }
-    // RoPE inverse frequencies in f64, freq factors (rope_freqs) folded in on full layers.
-    const int D = p.head_dim;
-    std::vector<double> inv(D / 2);
+    // RoPE inverse frequencies, freq factors (rope_freqs) folded in on full layers.
     const float* ff = (p.kind == model::AttnKind::kFull && w.rope_freqs.present())
                           ? w.rope_freqs.f32()
                           : nullptr;
-    for (int k = 0; k < D / 2; ++k) {
-      inv[k] = std::pow(static_cast<double>(p.rope_theta), -2.0 * k / D) /
-               (ff ? static_cast<double>(ff[k]) : 1.0);
-    }
-    void* dinv = dev_alloc(inv.size() * sizeof(double));
-    GEM_CUDA_CHECK(cudaMemcpy(dinv, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
-    L.inv_freq = static_cast<const double*>(dinv);
+    GEM_RETURN_IF_ERROR(upload_inv_freq(p.head_dim, p.rope_theta, ff, &L.inv_freq));
     const int pct = (i + 1) * 100 / cfg_.n_layers;
     if (pct / 10 != last_pct / 10) {
       GEM_LOG_INFO("cuda: uploaded %d%% (%d/%d layers, %.1f s)", pct, i + 1, cfg_.n_layers,
