@@ -1956,23 +1956,24 @@ size_t JsonMatcher::completion_size(const Threads& threads) const {
 
 size_t JsonMatcher::max_growth_per_byte() const { return grammar_->max_growth; }
 
-bool JsonMatcher::in_plain_string(int* max_chars) const {
-  // Every reading inside a string body: plain text keeps each one there (its count grows), so
-  // a token of plain text is allowed when some reading has room for its characters.
+bool JsonMatcher::plain_readings(std::vector<PlainReading>* out) const {
+  out->clear();
   if (threads_.empty()) return false;
-  int room = 0;
   for (const JsonThread& t : threads_) {
     if (t.depth == 0) return false;
     const JsonFrame& f = t.frames[t.depth - 1];
     const Node& n = grammar_->nodes[static_cast<size_t>(f.node)];
-    if (n.kind != Kind::kString || f.phase != jsg::kStrBody || n.dfa >= 0) return false;
-    if (n.max_count < 0) {
-      room = -1;
-    } else if (room >= 0) {
-      room = std::max(room, n.max_count - static_cast<int>(f.count));
+    if (n.kind != Kind::kString || f.phase != jsg::kStrBody) return false;
+    PlainReading r;
+    if (n.dfa >= 0) {
+      r.dfa = &grammar_->dfas[static_cast<size_t>(n.dfa)];
+      r.state = f.pos;
+      r.rest = Stepper(*grammar_).completion(t).size() - static_cast<size_t>(r.dfa->completion_size(f.pos));
+    } else if (n.max_count >= 0) {
+      r.max_chars = std::max(0, n.max_count - static_cast<int>(f.count));
     }
+    out->push_back(r);
   }
-  *max_chars = room;
   return true;
 }
 

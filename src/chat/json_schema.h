@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "chat/byte_dfa.h"
 
 namespace gem::chat {
 
@@ -117,9 +118,19 @@ class JsonMatcher {
   // The fewest bytes that complete an instance ("" when accepting).
   std::string shortest_completion() const;
   // Every reading is inside a string with nothing pending (no escape or UTF-8 sequence open):
-  // any text without '"', '\\' or control bytes may follow, up to max_chars characters
-  // (-1: no limit). Lets a caller accept plain text tokens without reading them byte by byte.
-  bool in_plain_string(int* max_chars) const;
+  // what plain text (no '"', '\\' or control bytes, whole UTF-8 characters) each reading takes —
+  // up to max_chars characters (-1: no limit), or, under a pattern or format, the bytes its
+  // automaton steps through from `state`. Lets a caller test plain text tokens without reading
+  // them byte by byte through the matcher. False when some reading is elsewhere.
+  struct PlainReading {
+    const ByteDfa* dfa = nullptr;
+    int32_t state = 0;
+    int max_chars = -1;
+    // With dfa: the shortest completion from automaton state x is dfa->completion_size(x) + rest
+    // bytes (rest: the closing quote and what completes the values around the string).
+    size_t rest = 0;
+  };
+  bool plain_readings(std::vector<PlainReading>* out) const;
 
   const JsonGrammar& grammar() const { return *grammar_; }
   // Low-level stepping for callers that walk many candidates from one state (constraint.cc).
