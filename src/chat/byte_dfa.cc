@@ -953,7 +953,8 @@ Result<ByteDfa> ByteDfa::pattern(std::string_view pattern) {
 namespace {
 
 // Each format as a pattern that admits a strict subset of what the format allows (as RFC 3339,
-// RFC 4122, RFC 5321 and ajv-formats' "full" mode check them): outputs in these shapes validate.
+// RFC 4122, RFC 5321, RFC 3986 and ajv-formats' "full" mode check them; uri: http(s) URLs
+// without query, user or port): outputs in these shapes validate.
 struct Format {
   const char* name;
   const char* pattern;
@@ -970,6 +971,7 @@ constexpr Format kFormats[] = {
     {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
     {"email", "^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?\\.)+[A-Za-z]{2,12}$"},
     {"ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$"},
+    {"uri", "^https?://[a-z0-9-]+(\\.[a-z0-9-]+)*(/[A-Za-z0-9._~-]*)*$"},
 };
 #undef GEM_DATE
 #undef GEM_TIME
@@ -981,7 +983,7 @@ bool ByteDfa::known_format(std::string_view format) {
                      [&](const Format& f) { return format == f.name; });
 }
 
-const char* ByteDfa::known_formats() { return "date, time, date-time, uuid, email, ipv4"; }
+const char* ByteDfa::known_formats() { return "date, time, date-time, uuid, email, ipv4, uri"; }
 
 Result<ByteDfa> ByteDfa::format(std::string_view format) {
   for (const Format& f : kFormats) {
