@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kMaxBuildStates = 20000;  // states while building, before trimming
 constexpr int kMaxNfaStates = 200000;
+constexpr int64_t kMaxBuildWork = 5'000'000;  // subset construction: NFA states × classes
 
 using Range = std::pair<uint32_t, uint32_t>;  // code points, inclusive
 using Ranges = std::vector<Range>;
@@ -450,6 +451,8 @@ struct Nfa {
   };
   std::vector<State> states;
   bool overflow = false;
+  mutable std::vector<uint32_t> seen_;  // closure()'s marks
+  mutable uint32_t generation_ = 0;
 
   int add() {
     if (states.size() >= static_cast<size_t>(kMaxNfaStates)) {
@@ -530,12 +533,27 @@ struct Nfa {
 
   // The states reachable from `set` through ε (and ^ at the start, $ when asked).
   std::vector<int> closure(std::vector<int> set, bool at_start, bool at_end) const {
-    std::vector<uint8_t> seen(states.size(), 0);
-    std::vector<int> stack = set;
-    for (int s : set) seen[static_cast<size_t>(s)] = 1;
+    // Marks by generation: one array for every call (a fresh one per call cost seconds on
+    // patterns with tens of thousands of NFA states).
+    if (seen_.size() != states.size()) seen_.assign(states.size(), 0);
+    if (++generation_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), 0);
+      generation_ = 1;
+    }
+    const uint32_t gen = generation_;
+    std::vector<int> stack;
+    std::vector<int> unique;
+    for (int s : set) {
+      if (seen_[static_cast<size_t>(s)] != gen) {
+        seen_[static_cast<size_t>(s)] = gen;
+        unique.push_back(s);
+      }
+    }
+    set = std::move(unique);
+    stack = set;
     auto visit = [&](int t) {
-      if (!seen[static_cast<size_t>(t)]) {
-        seen[static_cast<size_t>(t)] = 1;
+      if (seen_[static_cast<size_t>(t)] != gen) {
+        seen_[static_cast<size_t>(t)] = gen;
         set.push_back(t);
         stack.push_back(t);
       }
@@ -580,8 +598,14 @@ Result<ByteDfa::Raw> determinize(const Nfa& nfa, int start, int final) {
   // DFA state, since ^ no longer can.
   sets.push_back(nfa.closure({start}, true, false));
   size_t done = 0;
+  int64_t work = 0;  // NFA states visited: bounded, so that no pattern costs more than ~50 ms
   while (done < sets.size()) {
     const std::vector<int> cur = sets[done];
+    work += static_cast<int64_t>(cur.size()) * raw.n_classes;
+    if (work > kMaxBuildWork) {
+      return errorf("building its automaton takes more than %lld steps; simplify the pattern",
+                    static_cast<long long>(kMaxBuildWork));
+    }
     const bool at_start = done == 0;
     const std::vector<int> end = nfa.closure(cur, at_start, true);
     raw.accept.push_back(std::binary_search(end.begin(), end.end(), final) ? 1 : 0);

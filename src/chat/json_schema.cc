@@ -292,6 +292,7 @@ class Compiler {
   std::deque<ojson> owned_;          // schemas this compiler made (merged allOf parts, options)
   std::set<const ojson*> merged_;    // of them, merges: "pattern"/"format" may be arrays there
   int dfa_states_ = 0;
+  int n_patterns_ = 0;
   int any_ = -1;
 };
 
@@ -484,7 +485,9 @@ Result<std::vector<const ojson*>> Compiler::admitted(const ojson& s, std::vector
   rest.erase("const");
   Compiler sub(root_);
   sub.merged_ = merged_;
+  sub.n_patterns_ = n_patterns_;  // the patterns compiled there count here
   GEM_ASSIGN_OR_RETURN(int id, sub.compile(rest, where, depth));
+  n_patterns_ = sub.n_patterns_;
   GEM_RETURN_IF_ERROR(sub.finish(id));
   auto grammar = std::make_shared<const JsonGrammar>(std::move(sub.g));
   std::erase_if(values, [&](const ojson* v) {
@@ -547,6 +550,11 @@ Result<int> Compiler::string(const ojson& s, const std::string& where) {
     }
   }
   if (automata.empty()) return add(std::move(n), where);
+  n_patterns_ += static_cast<int>(automata.size());
+  if (n_patterns_ > kMaxSchemaPatterns) {
+    return errorf("%s: the schema has more than %d patterns and formats; simplify it",
+                  automata.back().first.c_str(), kMaxSchemaPatterns);
+  }
   std::optional<ByteDfa> dfa;
   for (const auto& [w, text] : automata) {
     Result<ByteDfa> d = text[0] == '\x01' ? ByteDfa::format(text.substr(1)) : ByteDfa::pattern(text);

@@ -68,6 +68,7 @@ inline constexpr int kMaxJsonNesting = 48;       // containers open at once in t
 inline constexpr int kMaxJsonWhitespace = 24;    // whitespace bytes in a row
 inline constexpr int kMaxSchemaDfaStates = 16384; // automaton states of all patterns, formats
                                                   // and bounds together
+inline constexpr int kMaxSchemaPatterns = 64;     // patterns and formats (each compiled apart)
 
 // Compiles `schema` (ordered_json so objects keep the schema's key order). `where` names the
 // schema in error messages: "response_format.json_schema.schema.properties.age: \"minimum\" is
