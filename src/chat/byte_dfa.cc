@@ -977,8 +977,9 @@ Result<ByteDfa> ByteDfa::pattern(std::string_view pattern) {
 namespace {
 
 // Each format as a pattern that admits a strict subset of what the format allows (as RFC 3339,
-// RFC 4122, RFC 5321, RFC 3986 and ajv-formats' "full" mode check them; uri: http(s) URLs
-// without query, user or port): outputs in these shapes validate.
+// RFC 4122, RFC 5321, RFC 3986, RFC 1123 and ajv-formats' "full" mode check them; uri: http(s)
+// URLs without query, user or port; ipv6: the full eight groups; hostname: up to five labels of
+// up to 20 characters, well within 253; duration: PnYnMnD(TnH), PTnHnMnS or PnW): outputs in these shapes validate.
 struct Format {
   const char* name;
   const char* pattern;
@@ -996,6 +997,9 @@ constexpr Format kFormats[] = {
     {"email", "^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?\\.)+[A-Za-z]{2,12}$"},
     {"ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$"},
     {"uri", "^https?://[a-z0-9-]+(\\.[a-z0-9-]+)*(/[A-Za-z0-9._~-]*)*$"},
+    {"ipv6", "^([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}$"},
+    {"hostname", "^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?){0,4}$"},
+    {"duration", "^(P(\\d{1,4}Y)?(\\d{1,4}M)?\\d{1,4}D(T\\d{1,2}H)?|PT(\\d{1,2}H)?(\\d{1,2}M)?\\d{1,2}S|P\\d{1,3}W)$"},
 };
 #undef GEM_DATE
 #undef GEM_TIME
@@ -1007,7 +1011,9 @@ bool ByteDfa::known_format(std::string_view format) {
                      [&](const Format& f) { return format == f.name; });
 }
 
-const char* ByteDfa::known_formats() { return "date, time, date-time, uuid, email, ipv4, uri"; }
+const char* ByteDfa::known_formats() {
+  return "date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri";
+}
 
 Result<ByteDfa> ByteDfa::format(std::string_view format) {
   for (const Format& f : kFormats) {

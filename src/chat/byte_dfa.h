@@ -47,7 +47,7 @@ class ByteDfa {
 
   // Builders (byte_dfa.cc). Errors name what is wrong in the pattern and where.
   static Result<ByteDfa> pattern(std::string_view pattern);
-  // `format` as a pattern: date, time, date-time, uuid, email, ipv4, uri (a strict subset of each:
+  // `format` as a pattern: date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri (a strict subset of each:
   // see byte_dfa.cc); nullopt-like error for other names.
   static Result<ByteDfa> format(std::string_view format);
   static bool known_format(std::string_view format);
