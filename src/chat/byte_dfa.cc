@@ -1077,7 +1077,8 @@ Result<ByteDfa> ByteDfa::intersect(const ByteDfa& a, const ByteDfa& b) {
   return finish(raw, a.json_string_, "together they");
 }
 
-Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) {
+Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi, int multiple) {
+  if (multiple > 1) integer = true;
   // The state read so far: phase, sign, whether a non-zero digit came, digits of the integer
   // part and of the fraction, and per bound how |x| compares with |bound| so far.
   enum Phase : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac };
@@ -1085,10 +1086,11 @@ Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) 
     uint8_t phase = kStart;
     bool neg = false, nz = false;
     uint8_t n_int = 0, n_frac = 0;
+    int16_t rem = 0;  // the integer part modulo `multiple`
     // Integer phases: -1/0/1 comparing the digits with the bound's first ones, 2: more digits
     // than the bound's integer part. Fraction phases: -1/1 decided, 0 equal so far.
     int8_t cmp[2] = {0, 0};
-    auto key() const { return std::make_tuple(phase, neg, nz, n_int, n_frac, cmp[0], cmp[1]); }
+    auto key() const { return std::make_tuple(phase, neg, nz, n_int, n_frac, cmp[0], cmp[1], rem); }
     bool operator<(const S& o) const { return key() < o.key(); }
   };
   const Bound* bounds[2] = {&lo, &hi};
@@ -1121,6 +1123,7 @@ Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) 
   };
   auto accepts = [&](const S& s) {
     if (s.phase != kZero && s.phase != kInt && s.phase != kFrac) return false;
+    if (s.rem != 0) return false;
     if (lo.present) {
       const int c = value_cmp(s, 0);
       if (c < 0 || (c == 0 && lo.exclusive)) return false;
@@ -1181,6 +1184,7 @@ Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) 
           return false;  // kZero: no digit after a leading zero
       }
       if (d != 0) s.nz = true;
+      if (multiple > 1 && s.phase == kInt) s.rem = static_cast<int16_t>((s.rem * 10 + d) % multiple);
     }
     *out = s;
     return true;

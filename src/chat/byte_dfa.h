@@ -70,7 +70,10 @@ class ByteDfa {
     std::string frac_digits;  // no trailing zeros
   };
   static constexpr int kMaxBoundedDigits = 15;
-  static Result<ByteDfa> number(bool integer, const Bound& lo, const Bound& hi);
+  // multiple > 1: integers only (no fraction), divisible by it (the remainder is tracked digit
+  // by digit: exact); at most kMaxMultiple.
+  static constexpr int kMaxMultiple = 1000;
+  static Result<ByteDfa> number(bool integer, const Bound& lo, const Bound& hi, int multiple = 1);
 
   // The automaton before trimming: states [n][n_classes] of targets (-1: none), state 0 the start.
   struct Raw {

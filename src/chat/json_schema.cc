@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "chat/byte_dfa.h"
@@ -125,19 +127,19 @@ std::string compact(const ojson& v) {
 
 // Keywords that constrain instances in ways the matcher cannot enforce.
 constexpr const char* kUnsupported[] = {
-    "multipleOf", "not", "if", "then", "else", "patternProperties", "propertyNames",
+    "not", "if", "then", "else", "patternProperties", "propertyNames",
     "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
     "prefixItems", "additionalItems", "dependentRequired", "dependentSchemas", "dependencies",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "contentSchema"};
 constexpr const char* kSupportedList =
     "type, properties, required, additionalProperties, items, minItems, maxItems, minLength, "
-    "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, "
-    "const, anyOf, oneOf, allOf, $ref";
+    "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, "
+    "multipleOf (integers), enum, const, anyOf, oneOf, allOf, $ref";
 // Keywords that assert something of an instance (the rest are annotations or combinators).
 constexpr const char* kAssertions[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "enum", "const"};
+    "exclusiveMaximum", "multipleOf", "enum", "const"};
 constexpr const char* kAnnotations[] = {"title", "description", "default", "examples", "$schema",
                                         "$id", "$comment", "deprecated", "readOnly", "writeOnly",
                                         "$defs", "definitions", "$anchor", "$vocabulary"};
@@ -454,7 +456,7 @@ Result<int> Compiler::compile(const ojson& s, const std::string& where, int dept
                s.contains("format")) {
       types.push_back("string");
     } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-               s.contains("exclusiveMaximum")) {
+               s.contains("exclusiveMaximum") || s.contains("multipleOf")) {
       types.push_back("number");
     } else {
       return any(where);
@@ -617,11 +619,39 @@ Result<int> Compiler::number(const ojson& s, bool integer, const std::string& wh
       if (tighter(cur, b, lower)) cur = b;
     }
   }
-  if (!lo.present && !hi.present) return add(std::move(n), where);
-  Result<ByteDfa> d = ByteDfa::number(integer, lo, hi);
+  // multipleOf: integer multiples only (a fraction such as 0.01 is not exact in a validator's
+  // f64 arithmetic); several (allOf) combine into their least common multiple.
+  int64_t multiple = 1;
+  if (auto it = s.find("multipleOf"); it != s.end()) {
+    const std::string w = where + ".multipleOf";
+    std::vector<const ojson*> items;
+    if (it->is_array() && merged_.count(&s) != 0) {
+      for (const ojson& x : *it) items.push_back(&x);
+    } else {
+      items.push_back(&*it);
+    }
+    for (const ojson* x : items) {
+      if (!x->is_number()) return errorf("%s: expected a number, got %s", w.c_str(), type_name(*x));
+      const double v = x->get<double>();
+      if (!(v > 0)) return errorf("%s: expected a number above 0, got %s", w.c_str(), compact(*x).c_str());
+      if (v != std::floor(v) || v > ByteDfa::kMaxMultiple) {
+        return errorf("%s: only integers from 1 to %d are supported by constrained decoding, got %s",
+                      w.c_str(), ByteDfa::kMaxMultiple, compact(*x).substr(0, 32).c_str());
+      }
+      multiple = std::lcm(multiple, static_cast<int64_t>(v));
+      if (multiple > ByteDfa::kMaxMultiple) {
+        return errorf("%s: the multiples combine to %lld, above the %d supported", w.c_str(),
+                      static_cast<long long>(multiple), ByteDfa::kMaxMultiple);
+      }
+    }
+  }
+  if (!lo.present && !hi.present && multiple == 1) return add(std::move(n), where);
+  n.integer = n.integer || multiple > 1;
+  Result<ByteDfa> d = ByteDfa::number(n.integer, lo, hi, static_cast<int>(multiple));
   if (!d.ok()) {
-    return errorf("%s: no %s of at most %d digits (no exponent) lies within minimum/maximum: %s",
-                  where.c_str(), integer ? "integer" : "number", ByteDfa::kMaxBoundedDigits,
+    return errorf("%s: no %s of at most %d digits (no exponent) lies within "
+                  "minimum/maximum/multipleOf: %s",
+                  where.c_str(), n.integer ? "integer" : "number", ByteDfa::kMaxBoundedDigits,
                   d.message().c_str());
   }
   GEM_ASSIGN_OR_RETURN(n.dfa, add_dfa(std::move(*d), where));
@@ -1006,7 +1036,7 @@ Result<ojson> Compiler::merge(const std::vector<std::pair<const ojson*, std::str
         const bool lower = k.rfind("min", 0) == 0;
         if (!m.contains(k) || (lower ? v > m[k] : v < m[k])) m[k] = v;
       } else if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum" ||
-                 k == "pattern" || k == "format") {
+                 k == "multipleOf" || k == "pattern" || k == "format") {
         // Kept as lists: number() takes the tightest bounds, string() intersects the automata.
         if (!m.contains(k)) m[k] = ojson::array();
         if (v.is_array() && merged) {

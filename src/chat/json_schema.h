@@ -5,12 +5,13 @@
 // built on it (constraint.h make_json_constraint) tests every token's bytes against the matcher.
 //
 // Supported keywords: type (one or a list), properties, required, additionalProperties, items,
-// minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time, uuid, email,
-// ipv4), minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf (options
-// that provably exclude each other), allOf (merged), $ref to "#", "#/$defs/..." or
+// minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time, duration,
+// uuid, email, hostname, ipv4, ipv6, uri), minimum, maximum, exclusiveMinimum, exclusiveMaximum,
+// multipleOf (integers), enum, const, anyOf, oneOf (options that provably exclude each other),
+// allOf (merged), $ref to "#", "#/$defs/..." or
 // "#/definitions/..." (recursion allowed), and the annotations title, description, default,
 // examples, $schema, $id, $comment, deprecated, readOnly, writeOnly. A keyword that asserts
-// something the matcher cannot enforce (multipleOf, not, if, patternProperties, ...) is an error
+// something the matcher cannot enforce (not, if, patternProperties, a fractional multipleOf, ...) is an error
 // naming it and its path, so a request is refused rather than answered with output that breaks
 // its schema.
 //
@@ -26,6 +27,8 @@
 //   exponent with at most 15 digits (ByteDfa::number), compared digit by digit with the bound's
 //   shortest decimal spelling; at 15 significant digits a validator's f64 comparison agrees.
 //   Integers: the automaton is exact for every integer range within 15 digits.
+// - multipleOf: integers 1..1000, exactly (the remainder is tracked digit by digit; values are
+//   written as integers); a fraction is a 400.
 // - oneOf: options compiled as anyOf, accepted only when every output of each option fails
 //   every other (different types, const/enum values, a required property the other never writes
 //   or restricts to other values); otherwise a 400 suggesting anyOf.

@@ -106,10 +106,14 @@ const good = {
   lengths: { type: "object", properties: { s: { type: "string", minLength: 2, maxLength: 4 }, l: { type: "array", items: { type: "boolean" }, minItems: 1, maxItems: 2 } }, required: ["s", "l"] },
   enum_filtered: { type: "string", enum: ["a", "bb", "ccc", "dddd"], minLength: 2, maxLength: 3 },
   const_number: { const: 42, minimum: 40 },
+  multiple: { type: "integer", multipleOf: 7, minimum: -100, maximum: 1000 },
+  multiple_number: { type: "number", multipleOf: 25 },
+  multiple_all_of: { allOf: [{ type: "integer", multipleOf: 4 }, { multipleOf: 6, exclusiveMinimum: 0 }] },
 };
 
 const bad = {
-  unsupported: [{ type: "integer", multipleOf: 3 }, "schema.multipleOf"],
+  unsupported: [{ type: "object", patternProperties: { "^a": {} } }, "schema.patternProperties"],
+  fractional_multiple: [{ type: "number", multipleOf: 0.01 }, "schema.multipleOf: only integers from 1 to 1000"],
   not_keyword: [{ properties: { a: { not: { type: "string" } } } }, "schema.properties.a.not"],
   bad_pattern: [{ type: "string", pattern: "(?=a)b" }, "schema.pattern: lookahead"],
   backreference: [{ type: "object", properties: { x: { type: "string", pattern: "(a)\\1" } } }, "schema.properties.x.pattern: backreferences"],
