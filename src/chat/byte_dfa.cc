@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kMaxBuildStates = 20000;  // states while building, before trimming
 constexpr int kMaxNfaStates = 200000;
+constexpr int64_t kMaxBuildWork = 5'000'000;  // subset construction: NFA states × classes
 
 using Range = std::pair<uint32_t, uint32_t>;  // code points, inclusive
 using Ranges = std::vector<Range>;
@@ -450,6 +451,8 @@ struct Nfa {
   };
   std::vector<State> states;
   bool overflow = false;
+  mutable std::vector<uint32_t> seen_;  // closure()'s marks
+  mutable uint32_t generation_ = 0;
 
   int add() {
     if (states.size() >= static_cast<size_t>(kMaxNfaStates)) {
@@ -530,12 +533,27 @@ struct Nfa {
 
   // The states reachable from `set` through ε (and ^ at the start, $ when asked).
   std::vector<int> closure(std::vector<int> set, bool at_start, bool at_end) const {
-    std::vector<uint8_t> seen(states.size(), 0);
-    std::vector<int> stack = set;
-    for (int s : set) seen[static_cast<size_t>(s)] = 1;
+    // Marks by generation: one array for every call (a fresh one per call cost seconds on
+    // patterns with tens of thousands of NFA states).
+    if (seen_.size() != states.size()) seen_.assign(states.size(), 0);
+    if (++generation_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), 0);
+      generation_ = 1;
+    }
+    const uint32_t gen = generation_;
+    std::vector<int> stack;
+    std::vector<int> unique;
+    for (int s : set) {
+      if (seen_[static_cast<size_t>(s)] != gen) {
+        seen_[static_cast<size_t>(s)] = gen;
+        unique.push_back(s);
+      }
+    }
+    set = std::move(unique);
+    stack = set;
     auto visit = [&](int t) {
-      if (!seen[static_cast<size_t>(t)]) {
-        seen[static_cast<size_t>(t)] = 1;
+      if (seen_[static_cast<size_t>(t)] != gen) {
+        seen_[static_cast<size_t>(t)] = gen;
         set.push_back(t);
         stack.push_back(t);
       }
@@ -580,8 +598,14 @@ Result<ByteDfa::Raw> determinize(const Nfa& nfa, int start, int final) {
   // DFA state, since ^ no longer can.
   sets.push_back(nfa.closure({start}, true, false));
   size_t done = 0;
+  int64_t work = 0;  // NFA states visited: bounded, so that no pattern costs more than ~50 ms
   while (done < sets.size()) {
     const std::vector<int> cur = sets[done];
+    work += static_cast<int64_t>(cur.size()) * raw.n_classes;
+    if (work > kMaxBuildWork) {
+      return errorf("building its automaton takes more than %lld steps; simplify the pattern",
+                    static_cast<long long>(kMaxBuildWork));
+    }
     const bool at_start = done == 0;
     const std::vector<int> end = nfa.closure(cur, at_start, true);
     raw.accept.push_back(std::binary_search(end.begin(), end.end(), final) ? 1 : 0);
@@ -953,7 +977,9 @@ Result<ByteDfa> ByteDfa::pattern(std::string_view pattern) {
 namespace {
 
 // Each format as a pattern that admits a strict subset of what the format allows (as RFC 3339,
-// RFC 4122, RFC 5321 and ajv-formats' "full" mode check them): outputs in these shapes validate.
+// RFC 4122, RFC 5321, RFC 3986, RFC 1123 and ajv-formats' "full" mode check them; uri: http(s)
+// URLs without query, user or port; ipv6: the full eight groups; hostname: up to five labels of
+// up to 20 characters, well within 253; duration: PnYnMnD(TnH), PTnHnMnS or PnW): outputs in these shapes validate.
 struct Format {
   const char* name;
   const char* pattern;
@@ -970,6 +996,10 @@ constexpr Format kFormats[] = {
     {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
     {"email", "^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?\\.)+[A-Za-z]{2,12}$"},
     {"ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$"},
+    {"uri", "^https?://[a-z0-9-]+(\\.[a-z0-9-]+)*(/[A-Za-z0-9._~-]*)*$"},
+    {"ipv6", "^([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}$"},
+    {"hostname", "^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?){0,4}$"},
+    {"duration", "^(P(\\d{1,4}Y)?(\\d{1,4}M)?\\d{1,4}D(T\\d{1,2}H)?|PT(\\d{1,2}H)?(\\d{1,2}M)?\\d{1,2}S|P\\d{1,3}W)$"},
 };
 #undef GEM_DATE
 #undef GEM_TIME
@@ -981,7 +1011,9 @@ bool ByteDfa::known_format(std::string_view format) {
                      [&](const Format& f) { return format == f.name; });
 }
 
-const char* ByteDfa::known_formats() { return "date, time, date-time, uuid, email, ipv4"; }
+const char* ByteDfa::known_formats() {
+  return "date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri";
+}
 
 Result<ByteDfa> ByteDfa::format(std::string_view format) {
   for (const Format& f : kFormats) {
@@ -1045,7 +1077,8 @@ Result<ByteDfa> ByteDfa::intersect(const ByteDfa& a, const ByteDfa& b) {
   return finish(raw, a.json_string_, "together they");
 }
 
-Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) {
+Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi, int multiple) {
+  if (multiple > 1) integer = true;
   // The state read so far: phase, sign, whether a non-zero digit came, digits of the integer
   // part and of the fraction, and per bound how |x| compares with |bound| so far.
   enum Phase : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac };
@@ -1053,10 +1086,11 @@ Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) 
     uint8_t phase = kStart;
     bool neg = false, nz = false;
     uint8_t n_int = 0, n_frac = 0;
+    int16_t rem = 0;  // the integer part modulo `multiple`
     // Integer phases: -1/0/1 comparing the digits with the bound's first ones, 2: more digits
     // than the bound's integer part. Fraction phases: -1/1 decided, 0 equal so far.
     int8_t cmp[2] = {0, 0};
-    auto key() const { return std::make_tuple(phase, neg, nz, n_int, n_frac, cmp[0], cmp[1]); }
+    auto key() const { return std::make_tuple(phase, neg, nz, n_int, n_frac, cmp[0], cmp[1], rem); }
     bool operator<(const S& o) const { return key() < o.key(); }
   };
   const Bound* bounds[2] = {&lo, &hi};
@@ -1089,6 +1123,7 @@ Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) 
   };
   auto accepts = [&](const S& s) {
     if (s.phase != kZero && s.phase != kInt && s.phase != kFrac) return false;
+    if (s.rem != 0) return false;
     if (lo.present) {
       const int c = value_cmp(s, 0);
       if (c < 0 || (c == 0 && lo.exclusive)) return false;
@@ -1149,6 +1184,7 @@ Result<ByteDfa> ByteDfa::number(bool integer, const Bound& lo, const Bound& hi) 
           return false;  // kZero: no digit after a leading zero
       }
       if (d != 0) s.nz = true;
+      if (multiple > 1 && s.phase == kInt) s.rem = static_cast<int16_t>((s.rem * 10 + d) % multiple);
     }
     *out = s;
     return true;

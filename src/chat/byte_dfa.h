@@ -47,7 +47,7 @@ class ByteDfa {
 
   // Builders (byte_dfa.cc). Errors name what is wrong in the pattern and where.
   static Result<ByteDfa> pattern(std::string_view pattern);
-  // `format` as a pattern: date, time, date-time, uuid, email, ipv4 (a strict subset of each:
+  // `format` as a pattern: date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri (a strict subset of each:
   // see byte_dfa.cc); nullopt-like error for other names.
   static Result<ByteDfa> format(std::string_view format);
   static bool known_format(std::string_view format);
@@ -70,7 +70,10 @@ class ByteDfa {
     std::string frac_digits;  // no trailing zeros
   };
   static constexpr int kMaxBoundedDigits = 15;
-  static Result<ByteDfa> number(bool integer, const Bound& lo, const Bound& hi);
+  // multiple > 1: integers only (no fraction), divisible by it (the remainder is tracked digit
+  // by digit: exact); at most kMaxMultiple.
+  static constexpr int kMaxMultiple = 1000;
+  static Result<ByteDfa> number(bool integer, const Bound& lo, const Bound& hi, int multiple = 1);
 
   // The automaton before trimming: states [n][n_classes] of targets (-1: none), state 0 the start.
   struct Raw {

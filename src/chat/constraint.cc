@@ -223,6 +223,7 @@ Constraint make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
     std::vector<uint8_t> allowed;
     std::vector<JsonMatcher::Threads> states;
     std::vector<int32_t> completion;
+    std::vector<JsonMatcher::PlainReading> plain;
     std::deque<int32_t> forced;  // the completion being played, then <turn|>
   };
   auto state = std::make_shared<State>(std::move(grammar));
@@ -303,12 +304,30 @@ Constraint make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
         return static_cast<int>(s.matcher.completion_size(after)) + 1 <= remaining - 1;
       };
     }
-    int max_chars = -1;
-    if (s.matcher.in_plain_string(&max_chars)) {
-      // Plain text inside a string only shortens the completion (fewer filler characters due).
+    // Plain text inside strings: each reading takes it up to its length limit (which only
+    // shortens the completion: fewer filler characters due), or as its automaton steps through
+    // it (which may lengthen the completion: near the budget's end, only as far as keep allows).
+    if (s.matcher.plain_readings(&s.plain)) {
       for (const auto& [id, chars] : table->plain()) {
-        if ((max_chars < 0 || chars <= max_chars) && static_cast<size_t>(id) < s.allowed.size()) {
-          s.allowed[static_cast<size_t>(id)] = 1;
+        if (static_cast<size_t>(id) >= s.allowed.size()) continue;
+        for (const JsonMatcher::PlainReading& r : s.plain) {
+          bool ok = false;
+          if (r.dfa == nullptr) {
+            ok = r.max_chars < 0 || chars <= r.max_chars;
+          } else {
+            int32_t state = r.state;
+            for (char b : table->piece(id)) {
+              state = r.dfa->step(state, static_cast<uint8_t>(b));
+              if (state < 0) break;
+            }
+            ok = state >= 0 &&
+                 (!keep || static_cast<int>(static_cast<size_t>(r.dfa->completion_size(state)) + r.rest) + 1 <=
+                               remaining - 1);
+          }
+          if (ok) {
+            s.allowed[static_cast<size_t>(id)] = 1;
+            break;
+          }
         }
       }
       walk(s.matcher, *table, table->not_plain(), s.states, s.allowed, keep);

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "chat/byte_dfa.h"
@@ -125,19 +127,19 @@ std::string compact(const ojson& v) {
 
 // Keywords that constrain instances in ways the matcher cannot enforce.
 constexpr const char* kUnsupported[] = {
-    "multipleOf", "not", "if", "then", "else", "patternProperties", "propertyNames",
+    "not", "if", "then", "else", "patternProperties", "propertyNames",
     "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
     "prefixItems", "additionalItems", "dependentRequired", "dependentSchemas", "dependencies",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "contentSchema"};
 constexpr const char* kSupportedList =
     "type, properties, required, additionalProperties, items, minItems, maxItems, minLength, "
-    "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, "
-    "const, anyOf, oneOf, allOf, $ref";
+    "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, "
+    "multipleOf (integers), enum, const, anyOf, oneOf, allOf, $ref";
 // Keywords that assert something of an instance (the rest are annotations or combinators).
 constexpr const char* kAssertions[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "enum", "const"};
+    "exclusiveMaximum", "multipleOf", "enum", "const"};
 constexpr const char* kAnnotations[] = {"title", "description", "default", "examples", "$schema",
                                         "$id", "$comment", "deprecated", "readOnly", "writeOnly",
                                         "$defs", "definitions", "$anchor", "$vocabulary"};
@@ -292,6 +294,7 @@ class Compiler {
   std::deque<ojson> owned_;          // schemas this compiler made (merged allOf parts, options)
   std::set<const ojson*> merged_;    // of them, merges: "pattern"/"format" may be arrays there
   int dfa_states_ = 0;
+  int n_patterns_ = 0;
   int any_ = -1;
 };
 
@@ -453,7 +456,7 @@ Result<int> Compiler::compile(const ojson& s, const std::string& where, int dept
                s.contains("format")) {
       types.push_back("string");
     } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-               s.contains("exclusiveMaximum")) {
+               s.contains("exclusiveMaximum") || s.contains("multipleOf")) {
       types.push_back("number");
     } else {
       return any(where);
@@ -484,7 +487,9 @@ Result<std::vector<const ojson*>> Compiler::admitted(const ojson& s, std::vector
   rest.erase("const");
   Compiler sub(root_);
   sub.merged_ = merged_;
+  sub.n_patterns_ = n_patterns_;  // the patterns compiled there count here
   GEM_ASSIGN_OR_RETURN(int id, sub.compile(rest, where, depth));
+  n_patterns_ = sub.n_patterns_;
   GEM_RETURN_IF_ERROR(sub.finish(id));
   auto grammar = std::make_shared<const JsonGrammar>(std::move(sub.g));
   std::erase_if(values, [&](const ojson* v) {
@@ -547,6 +552,11 @@ Result<int> Compiler::string(const ojson& s, const std::string& where) {
     }
   }
   if (automata.empty()) return add(std::move(n), where);
+  n_patterns_ += static_cast<int>(automata.size());
+  if (n_patterns_ > kMaxSchemaPatterns) {
+    return errorf("%s: the schema has more than %d patterns and formats; simplify it",
+                  automata.back().first.c_str(), kMaxSchemaPatterns);
+  }
   std::optional<ByteDfa> dfa;
   for (const auto& [w, text] : automata) {
     Result<ByteDfa> d = text[0] == '\x01' ? ByteDfa::format(text.substr(1)) : ByteDfa::pattern(text);
@@ -609,11 +619,39 @@ Result<int> Compiler::number(const ojson& s, bool integer, const std::string& wh
       if (tighter(cur, b, lower)) cur = b;
     }
   }
-  if (!lo.present && !hi.present) return add(std::move(n), where);
-  Result<ByteDfa> d = ByteDfa::number(integer, lo, hi);
+  // multipleOf: integer multiples only (a fraction such as 0.01 is not exact in a validator's
+  // f64 arithmetic); several (allOf) combine into their least common multiple.
+  int64_t multiple = 1;
+  if (auto it = s.find("multipleOf"); it != s.end()) {
+    const std::string w = where + ".multipleOf";
+    std::vector<const ojson*> items;
+    if (it->is_array() && merged_.count(&s) != 0) {
+      for (const ojson& x : *it) items.push_back(&x);
+    } else {
+      items.push_back(&*it);
+    }
+    for (const ojson* x : items) {
+      if (!x->is_number()) return errorf("%s: expected a number, got %s", w.c_str(), type_name(*x));
+      const double v = x->get<double>();
+      if (!(v > 0)) return errorf("%s: expected a number above 0, got %s", w.c_str(), compact(*x).c_str());
+      if (v != std::floor(v) || v > ByteDfa::kMaxMultiple) {
+        return errorf("%s: only integers from 1 to %d are supported by constrained decoding, got %s",
+                      w.c_str(), ByteDfa::kMaxMultiple, compact(*x).substr(0, 32).c_str());
+      }
+      multiple = std::lcm(multiple, static_cast<int64_t>(v));
+      if (multiple > ByteDfa::kMaxMultiple) {
+        return errorf("%s: the multiples combine to %lld, above the %d supported", w.c_str(),
+                      static_cast<long long>(multiple), ByteDfa::kMaxMultiple);
+      }
+    }
+  }
+  if (!lo.present && !hi.present && multiple == 1) return add(std::move(n), where);
+  n.integer = n.integer || multiple > 1;
+  Result<ByteDfa> d = ByteDfa::number(n.integer, lo, hi, static_cast<int>(multiple));
   if (!d.ok()) {
-    return errorf("%s: no %s of at most %d digits (no exponent) lies within minimum/maximum: %s",
-                  where.c_str(), integer ? "integer" : "number", ByteDfa::kMaxBoundedDigits,
+    return errorf("%s: no %s of at most %d digits (no exponent) lies within "
+                  "minimum/maximum/multipleOf: %s",
+                  where.c_str(), n.integer ? "integer" : "number", ByteDfa::kMaxBoundedDigits,
                   d.message().c_str());
   }
   GEM_ASSIGN_OR_RETURN(n.dfa, add_dfa(std::move(*d), where));
@@ -998,7 +1036,7 @@ Result<ojson> Compiler::merge(const std::vector<std::pair<const ojson*, std::str
         const bool lower = k.rfind("min", 0) == 0;
         if (!m.contains(k) || (lower ? v > m[k] : v < m[k])) m[k] = v;
       } else if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum" ||
-                 k == "pattern" || k == "format") {
+                 k == "multipleOf" || k == "pattern" || k == "format") {
         // Kept as lists: number() takes the tightest bounds, string() intersects the automata.
         if (!m.contains(k)) m[k] = ojson::array();
         if (v.is_array() && merged) {
@@ -1956,23 +1994,24 @@ size_t JsonMatcher::completion_size(const Threads& threads) const {
 
 size_t JsonMatcher::max_growth_per_byte() const { return grammar_->max_growth; }
 
-bool JsonMatcher::in_plain_string(int* max_chars) const {
-  // Every reading inside a string body: plain text keeps each one there (its count grows), so
-  // a token of plain text is allowed when some reading has room for its characters.
+bool JsonMatcher::plain_readings(std::vector<PlainReading>* out) const {
+  out->clear();
   if (threads_.empty()) return false;
-  int room = 0;
   for (const JsonThread& t : threads_) {
     if (t.depth == 0) return false;
     const JsonFrame& f = t.frames[t.depth - 1];
     const Node& n = grammar_->nodes[static_cast<size_t>(f.node)];
-    if (n.kind != Kind::kString || f.phase != jsg::kStrBody || n.dfa >= 0) return false;
-    if (n.max_count < 0) {
-      room = -1;
-    } else if (room >= 0) {
-      room = std::max(room, n.max_count - static_cast<int>(f.count));
+    if (n.kind != Kind::kString || f.phase != jsg::kStrBody) return false;
+    PlainReading r;
+    if (n.dfa >= 0) {
+      r.dfa = &grammar_->dfas[static_cast<size_t>(n.dfa)];
+      r.state = f.pos;
+      r.rest = Stepper(*grammar_).completion(t).size() - static_cast<size_t>(r.dfa->completion_size(f.pos));
+    } else if (n.max_count >= 0) {
+      r.max_chars = std::max(0, n.max_count - static_cast<int>(f.count));
     }
+    out->push_back(r);
   }
-  *max_chars = room;
   return true;
 }
 

@@ -5,12 +5,13 @@
 // built on it (constraint.h make_json_constraint) tests every token's bytes against the matcher.
 //
 // Supported keywords: type (one or a list), properties, required, additionalProperties, items,
-// minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time, uuid, email,
-// ipv4), minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf (options
-// that provably exclude each other), allOf (merged), $ref to "#", "#/$defs/..." or
+// minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time, duration,
+// uuid, email, hostname, ipv4, ipv6, uri), minimum, maximum, exclusiveMinimum, exclusiveMaximum,
+// multipleOf (integers), enum, const, anyOf, oneOf (options that provably exclude each other),
+// allOf (merged), $ref to "#", "#/$defs/..." or
 // "#/definitions/..." (recursion allowed), and the annotations title, description, default,
 // examples, $schema, $id, $comment, deprecated, readOnly, writeOnly. A keyword that asserts
-// something the matcher cannot enforce (multipleOf, not, if, patternProperties, ...) is an error
+// something the matcher cannot enforce (not, if, patternProperties, a fractional multipleOf, ...) is an error
 // naming it and its path, so a request is refused rather than answered with output that breaks
 // its schema.
 //
@@ -26,6 +27,8 @@
 //   exponent with at most 15 digits (ByteDfa::number), compared digit by digit with the bound's
 //   shortest decimal spelling; at 15 significant digits a validator's f64 comparison agrees.
 //   Integers: the automaton is exact for every integer range within 15 digits.
+// - multipleOf: integers 1..1000, exactly (the remainder is tracked digit by digit; values are
+//   written as integers); a fraction is a 400.
 // - oneOf: options compiled as anyOf, accepted only when every output of each option fails
 //   every other (different types, const/enum values, a required property the other never writes
 //   or restricts to other values); otherwise a 400 suggesting anyOf.
@@ -52,6 +55,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "chat/byte_dfa.h"
 
 namespace gem::chat {
 
@@ -67,6 +71,7 @@ inline constexpr int kMaxJsonNesting = 48;       // containers open at once in t
 inline constexpr int kMaxJsonWhitespace = 24;    // whitespace bytes in a row
 inline constexpr int kMaxSchemaDfaStates = 16384; // automaton states of all patterns, formats
                                                   // and bounds together
+inline constexpr int kMaxSchemaPatterns = 64;     // patterns and formats (each compiled apart)
 
 // Compiles `schema` (ordered_json so objects keep the schema's key order). `where` names the
 // schema in error messages: "response_format.json_schema.schema.properties.age: \"minimum\" is
@@ -117,9 +122,19 @@ class JsonMatcher {
   // The fewest bytes that complete an instance ("" when accepting).
   std::string shortest_completion() const;
   // Every reading is inside a string with nothing pending (no escape or UTF-8 sequence open):
-  // any text without '"', '\\' or control bytes may follow, up to max_chars characters
-  // (-1: no limit). Lets a caller accept plain text tokens without reading them byte by byte.
-  bool in_plain_string(int* max_chars) const;
+  // what plain text (no '"', '\\' or control bytes, whole UTF-8 characters) each reading takes —
+  // up to max_chars characters (-1: no limit), or, under a pattern or format, the bytes its
+  // automaton steps through from `state`. Lets a caller test plain text tokens without reading
+  // them byte by byte through the matcher. False when some reading is elsewhere.
+  struct PlainReading {
+    const ByteDfa* dfa = nullptr;
+    int32_t state = 0;
+    int max_chars = -1;
+    // With dfa: the shortest completion from automaton state x is dfa->completion_size(x) + rest
+    // bytes (rest: the closing quote and what completes the values around the string).
+    size_t rest = 0;
+  };
+  bool plain_readings(std::vector<PlainReading>* out) const;
 
   const JsonGrammar& grammar() const { return *grammar_; }
   // Low-level stepping for callers that walk many candidates from one state (constraint.cc).

@@ -125,7 +125,7 @@ console.log(`ok: ${n} constrained replies parse and validate (Ajv)`);
 
 // An unsupported keyword, a bad pattern, overlapping oneOf options: a 400 naming the path.
 for (const [schema, want] of [
-  [{ type: "integer", multipleOf: 3 }, /response_format\.json_schema\.schema\.multipleOf/],
+  [{ type: "object", patternProperties: { a: {} } }, /response_format\.json_schema\.schema\.patternProperties/],
   [{ type: "string", pattern: "(a)\\1" }, /response_format\.json_schema\.schema\.pattern: backreferences/],
   [{ oneOf: [{ type: "number" }, { type: "integer" }] }, /response_format\.json_schema\.schema\.oneOf: options 0 and 1/],
 ]) {
