@@ -174,10 +174,10 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
                "GET /slots: the slot's state (on by default; --no-slots answers 501)")->group(kEndpoints);
   app.add_option("--parallel", a.n_parallel,
                  "-np: sequence slots, requests served at once with continuous batching, each "
-                 "slot with its own -c context and prefix cache (default: 4 on CUDA when the "
-                 "memory holds them, else fewer; 1 on the CPU)")->group(kEndpoints);
+                 "slot with its own -c context and prefix cache (default -1: 8 on CUDA, fewer "
+                 "when the memory does not hold 8 caches; 1 on the CPU)")->group(kEndpoints);
   app.add_option("--queue", a.queue,
-                 "requests that may wait behind the running one (default 8; more get 503)")->group(kEndpoints);
+                 "requests that may wait behind the running ones (default 8; more get 503)")->group(kEndpoints);
 
   app.add_option("--max-body", a.max_body, "largest request body (default 16M; K/M/G suffixes)")->group(kLimits);
   app.add_option("--max-json-depth", a.max_json_depth,

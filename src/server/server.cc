@@ -3,9 +3,9 @@
 // whole run, so GET handlers on other workers never wait on it. With -np S > 1 the gate admits S
 // requests at once and runtime::Scheduler's one thread runs them all, calling each request's
 // callbacks (parsing, SSE events) on that thread; each stream's bytes then go out through its own
-// sender thread (SinkWriter, decoupled), so one slow client holds up no other stream. A disconnect is noticed by
-// polling the request's socket at every prompt tile and token, and by a per-request monitor
-// thread that also writes SSE keep-alive comments during long tiles.
+// sender thread (SinkWriter, decoupled), so one slow client holds up no other stream. A
+// disconnect is noticed by polling the request's socket at every prompt tile and token, and by a
+// per-request monitor thread that also writes SSE keep-alive comments during long tiles.
 //
 // tool_choice (chat/constraint.h make_tool_constraint): "none" keeps the tools declared in the prompt (as
 // llama.cpp does) but bans <|tool_call>; "required" lets the model think first, then forces
@@ -267,6 +267,7 @@ bool EngineGate::wait_turn(uint64_t ticket, double seconds) {
   if (!mine) return false;
   queue_.pop_front();
   running_++;
+  cv_.notify_all();  // the next in line may take another free slot now
   return true;
 }
 
@@ -298,7 +299,6 @@ void EngineGate::set_capacity(int n_running) {
   }
   cv_.notify_all();
 }
-
 
 int EngineGate::n_waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
