@@ -3,7 +3,7 @@
 // weights load. Flags follow llama-server's names and meanings where gem has the feature
 // (README "gem serve flags" lists them all): the request defaults (-n, --temp, --top-k, ...,
 // --reasoning-format, --reasoning-budget, --chat-template-kwargs), -ctk/-ctv for the KV type,
-// --metrics, --slots, -np (stored; one request at a time for now), --alias. Flags that tune what
+// --metrics, --slots, -np (sequence slots, continuous batching), --alias. Flags that tune what
 // gem decides itself (-ngl, -fa, --jinja, -b, --mlock, --no-mmap, -cb) are accepted with a
 // one-line notice. llama-server's multi-letter short flags (-ngl, -fa, -ctk, -np, ...) reach
 // CLI11 as their long forms (main.cc). gem additions: --backend auto|cpu|cuda|scripted:FILE,
@@ -242,8 +242,8 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
                         "ignored")->group(kIgnored);
   app.add_flag_function("--cont-batching,--no-cont-batching",
                         [notice](int64_t) {
-                          notice("-cb/--cont-batching is ignored: requests are served one at a "
-                                 "time for now");
+                          notice("-cb/--cont-batching is ignored: with -np > 1 batching is always "
+                                 "continuous");
                         },
                         "-cb / -nocb: ignored")->group(kIgnored);
 }
