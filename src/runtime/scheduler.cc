@@ -251,7 +251,8 @@ void Scheduler::rollback(Slot& slot) {
 
 void Scheduler::finish(Slot& slot, Status status) {
   Task* task = slot.task;
-  if (slot.phase == Slot::Phase::kDecode && task->result.finish != FinishReason::kCancelledInPrompt) {
+  if (slot.phase == Slot::Phase::kDecode &&
+      task->result.finish != FinishReason::kCancelledInPrompt) {
     task->result.decode_seconds = now_seconds() - slot.t_decode;
   }
   slot.task = nullptr;
@@ -538,8 +539,8 @@ bool Scheduler::draft_round(Slot& slot) {
   };
   bool ended = false;
   int32_t next = -1;
-  const Status st =
-      slot.spec->round(backend_, slot.id, slot.pending, cur, drafts, emit_one, result, &ended, &next);
+  const Status st = slot.spec->round(backend_, slot.id, slot.pending, cur, drafts, emit_one,
+                                     result, &ended, &next);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.n_steps++;

@@ -343,8 +343,9 @@ Server::Server(ServerOptions options)
   o.max_connections = options_.max_connections;
   // Chat requests hold a worker while they run or wait (at most n_parallel + max_queue of them;
   // more are refused at once), so the GET routes always find a free one.
-  o.n_workers = options_.n_http_threads > 0 ? options_.n_http_threads
-                                            : options_.max_queue + std::max(1, options_.n_parallel) + 8;
+  o.n_workers = options_.n_http_threads > 0
+                    ? options_.n_http_threads
+                    : options_.max_queue + std::max(1, options_.n_parallel) + 8;
   http_ = std::make_unique<http::Server>(
       o, [this](const http::Request& req, http::Response& res) { handle(req, res); },
       [](int status, const std::string& message) {
@@ -527,7 +528,8 @@ json Server::props_json() const {
 }
 
 int Server::n_slots() const {
-  return engine_ ? std::max(1, engine_->backend().options().n_slots) : std::max(1, options_.n_parallel);
+  return engine_ ? std::max(1, engine_->backend().options().n_slots)
+                 : std::max(1, options_.n_parallel);
 }
 
 int Server::n_busy_slots() const {
@@ -624,8 +626,9 @@ std::string Server::metrics_text() {
     metrics_.bucket_start = now_seconds();
   }
   if (scheduler_) m.n_decode = scheduler_->stats().n_steps;  // one eval_batch per step
-  const double bucket_wall = m.bucket_start > 0 ? now_seconds() - m.bucket_start
-                                                : static_cast<double>(std::time(nullptr) - start_time_);
+  const double bucket_wall = m.bucket_start > 0
+                                 ? now_seconds() - m.bucket_start
+                                 : static_cast<double>(std::time(nullptr) - start_time_);
   struct Item {
     const char* name;
     const char* help;
