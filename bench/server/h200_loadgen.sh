@@ -26,6 +26,7 @@ REQS=${REQS:-2}          # requests per client at each count
 PROMPT=${PROMPT:-512}
 GEN=${GEN:-128}
 PARTS=${PARTS:-load agent}
+BACKEND=${BACKEND:-cuda}  # a local smoke run: GEM=build/bin/gem BACKEND=cpu MODELS=tiny ...
 M=/tmp/models
 PORT=8091
 mkdir -p $M
@@ -58,12 +59,12 @@ for p in ${MODELS:-12b 31b}; do
   [ -f $M/g$p.gguf ] || $GEM synth --profile $p -q -o $M/g$p.gguf
   case " $PARTS " in *" load "*)
   log "== $p: throughput, -np $NP, -c $CTX per slot, prompt $PROMPT, gen $GEN, clients $CLIENTS"
-  serve "gem-$p" $GEM serve -m $M/g$p.gguf --backend cuda -np $NP -c $CTX --port $PORT --metrics && {
+  serve "gem-$p" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np $NP -c $CTX --port $PORT --metrics && {
     python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --check 8 --prompt $PROMPT --gen $GEN \
       --label "gem-$p" --json "$OUT/check_gem-$p.json" 2>&1 | tee -a "$OUT/loadgen.txt"
     load "gem-$p"; stop; }
   log "== $p: one client at -np 1 (today's single-stream path)"
-  serve "gem-$p-np1" $GEM serve -m $M/g$p.gguf --backend cuda -np 1 -c $CTX --port $PORT && {
+  serve "gem-$p-np1" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np 1 -c $CTX --port $PORT && {
     CLIENTS=1 load "gem-$p-np1"; stop; }
   if llama_ready; then
     serve "llama-$p" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 -ctv f16 \
@@ -72,9 +73,9 @@ for p in ${MODELS:-12b 31b}; do
   ;; esac
   case " $PARTS " in *" agent "*)
   log "== $p: agent scenario (30K main conversation, 4 subagents between turns), -c 40960 per slot"
-  serve "gem-$p-agent-np1" $GEM serve -m $M/g$p.gguf --backend cuda -np 1 -c 40960 --port $PORT && {
+  serve "gem-$p-agent-np1" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np 1 -c 40960 --port $PORT && {
     agent "gem-$p-agent-np1"; stop; }
-  serve "gem-$p-agent" $GEM serve -m $M/g$p.gguf --backend cuda -c 40960 --port $PORT --metrics && {
+  serve "gem-$p-agent" $GEM serve -m $M/g$p.gguf --backend $BACKEND -c 40960 --port $PORT --metrics && {
     agent "gem-$p-agent-default-np"; stop; }
   if llama_ready; then
     serve "llama-$p-agent" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 \

@@ -4,7 +4,8 @@ each sending streamed chat requests back to back (fixed prompt size, fixed gener
 max_tokens with ignore_eos, temperature 0), for each N in --clients. Prints, per N: requests,
 aggregate generated tokens per second (all clients' completion tokens / the wall time of the
 run), p50/p99 time to first token and p50/p99 per-token latency (the gaps between streamed
-tokens after the first).
+chunks of text after the first, what a client sees; a token that completes no character yet
+arrives with the next). A run whose replies carry no text at all prints nan for both.
 
   python3 bench/server/loadgen.py --url http://127.0.0.1:8080 --clients 1,4,8,16,32 \
       [--prompt 512] [--gen 128] [--requests 2] [--label gem] [--json OUT]
