@@ -4,7 +4,8 @@
 // every request's prompt and decode steps.
 //
 // Each step is one Backend::eval_batch: one decode row for every generating slot, plus at most
-// one chunk of chunk() prompt rows of one request in prefill (the oldest admitted one). Then
+// one chunk of chunk() prompt rows (the oldest request in prefill; where its prompt, or its
+// history part, ends inside the chunk, the next oldest fills the rest). Then
 // every generating row is sampled (Backend::sample_batch first, the host for the rows it leaves
 // and for requests with a constraint), and its token emitted with Engine's stop rules
 // (generation.h), on the scheduler thread. Stall bound: a generating stream waits at most one
@@ -108,7 +109,7 @@ class Scheduler {
   // One step: the lone request's single-sequence step, or one eval_batch of every generating
   // slot's decode row and one prompt chunk, and everything after it.
   void step();
-  // Evaluates the batch, advances its prompt chunk and draws its generating rows; false when the
+  // Evaluates the batch, advances its prompts and draws its generating rows; false when the
   // eval failed (a batch of one slot: its request ended with the error).
   bool run(Batch& batch);
   // After a prompt chunk: progress (cancellation), the history checkpoint, the switch to decode.
