@@ -8,8 +8,12 @@
 # (a ~30K-token main conversation whose turns alternate with 4 subagent requests) against
 # `gem serve` at -np 1 (today's behaviour) and at the default -np, and llama-server -np 8
 # (the same context per slot).
+# Before gem's table: 8 concurrent greedy requests against the same 8 alone (loadgen.py --check),
+# the CUDA counterpart of tests/runtime/scheduler_test.cc's equality.
 #   bash bench/server/h200_loadgen.sh        (logs and JSON in $OUT or /tmp/gem-out)
 # Quick: MODELS=12b CLIENTS=1,8 REQS=1 bash bench/server/h200_loadgen.sh
+# Parts (to fit 10-minute calls): PARTS="load" (the table), PARTS="agent" (the agent scenario);
+# default both. GEM=path reuses a gem built by an earlier call.
 set -u
 OUT=${OUT:-/tmp/gem-out}
 mkdir -p "$OUT"
@@ -21,6 +25,8 @@ CLIENTS=${CLIENTS:-1,4,8,16,32}
 REQS=${REQS:-2}          # requests per client at each count
 PROMPT=${PROMPT:-512}
 GEN=${GEN:-128}
+PARTS=${PARTS:-load agent}
+BACKEND=${BACKEND:-cuda}  # a local smoke run: GEM=build/bin/gem BACKEND=cpu MODELS=tiny ...
 M=/tmp/models
 PORT=8091
 mkdir -p $M
@@ -34,6 +40,11 @@ serve() {  # label, then the server command: starts it, waits for /health
   log "$label: server did not come up"; return 1
 }
 stop() { kill $server_pid; wait $server_pid 2>/dev/null; }
+llama_ready() {  # llama-server's build is done and made the binary
+  [ -n "${llama_pid:-}" ] || return 1
+  wait $llama_pid 2>/dev/null
+  [ -x /tmp/llama-build/bin/llama-server ] || { log "llama-server did not build (/tmp/llama-build.log)"; return 1; }
+}
 load() {  # label
   python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --clients $CLIENTS --requests $REQS \
     --prompt $PROMPT --gen $GEN --label "$1" --json "$OUT/load_$1.json" 2>&1 | tee -a "$OUT/loadgen.txt"
@@ -46,25 +57,30 @@ agent() {  # label
 
 for p in ${MODELS:-12b 31b}; do
   [ -f $M/g$p.gguf ] || $GEM synth --profile $p -q -o $M/g$p.gguf
+  case " $PARTS " in *" load "*)
   log "== $p: throughput, -np $NP, -c $CTX per slot, prompt $PROMPT, gen $GEN, clients $CLIENTS"
-  serve "gem-$p" $GEM serve -m $M/g$p.gguf --backend cuda -np $NP -c $CTX --port $PORT --metrics && {
+  serve "gem-$p" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np $NP -c $CTX --port $PORT --metrics && {
+    python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --check 8 --prompt $PROMPT --gen $GEN \
+      --label "gem-$p" --json "$OUT/check_gem-$p.json" 2>&1 | tee -a "$OUT/loadgen.txt"
     load "gem-$p"; stop; }
   log "== $p: one client at -np 1 (today's single-stream path)"
-  serve "gem-$p-np1" $GEM serve -m $M/g$p.gguf --backend cuda -np 1 -c $CTX --port $PORT && {
+  serve "gem-$p-np1" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np 1 -c $CTX --port $PORT && {
     CLIENTS=1 load "gem-$p-np1"; stop; }
-  if [ -n "${llama_pid:-}" ]; then
-    wait $llama_pid
+  if llama_ready; then
     serve "llama-$p" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 -ctv f16 \
       -np $NP -c $((CTX * NP)) --port $PORT --metrics && { load "llama-$p"; stop; }
   fi
+  ;; esac
+  case " $PARTS " in *" agent "*)
   log "== $p: agent scenario (30K main conversation, 4 subagents between turns), -c 40960 per slot"
-  serve "gem-$p-agent-np1" $GEM serve -m $M/g$p.gguf --backend cuda -np 1 -c 40960 --port $PORT && {
+  serve "gem-$p-agent-np1" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np 1 -c 40960 --port $PORT && {
     agent "gem-$p-agent-np1"; stop; }
-  serve "gem-$p-agent" $GEM serve -m $M/g$p.gguf --backend cuda -c 40960 --port $PORT --metrics && {
+  serve "gem-$p-agent" $GEM serve -m $M/g$p.gguf --backend $BACKEND -c 40960 --port $PORT --metrics && {
     agent "gem-$p-agent-default-np"; stop; }
-  if [ -n "${llama_pid:-}" ]; then
+  if llama_ready; then
     serve "llama-$p-agent" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 \
       -ctv f16 -np 8 -c $((40960 * 8)) --port $PORT && { agent "llama-$p-agent-np8"; stop; }
   fi
+  ;; esac
 done
 log done

@@ -4,7 +4,8 @@ each sending streamed chat requests back to back (fixed prompt size, fixed gener
 max_tokens with ignore_eos, temperature 0), for each N in --clients. Prints, per N: requests,
 aggregate generated tokens per second (all clients' completion tokens / the wall time of the
 run), p50/p99 time to first token and p50/p99 per-token latency (the gaps between streamed
-tokens after the first).
+chunks of text after the first, what a client sees; a token that completes no character yet
+arrives with the next). A run whose replies carry no text at all prints nan for both.
 
   python3 bench/server/loadgen.py --url http://127.0.0.1:8080 --clients 1,4,8,16,32 \
       [--prompt 512] [--gen 128] [--requests 2] [--label gem] [--json OUT]
@@ -17,6 +18,12 @@ first token. A server that keeps the main conversation cached evaluates only eac
 tokens in both runs.
 
   python3 bench/server/loadgen.py --url ... --agent [--main 30000] [--turns 4] [--subagents 4]
+
+The equality check (--check N): N fixed greedy requests, first one at a time, then all at once;
+exits 1 unless every concurrent answer equals the same request's answer alone (issue 24's
+correctness rule, for a server on a backend the CPU tests cannot reach, such as CUDA).
+
+  python3 bench/server/loadgen.py --url ... --check 8 [--prompt 512] [--gen 128]
 
 Every prompt starts with its own request number, so clients never share a cached prefix.
 Thinking is off (chat_template_kwargs), so every streamed token is answer text. stdlib only.
@@ -147,6 +154,27 @@ def run_clients(client, n_clients, n_requests, prompt_tokens, gen, first_id):
             if results else 0}
 
 
+def check(client, args):
+    """N requests alone, then at once: the same text each, or exit status 1."""
+    msgs = [[{"role": "user", "content": f"Request {i}. " + text_of(args.prompt, i) +
+              "\nContinue the list."}] for i in range(args.check)]
+    alone = [client.chat(m, args.gen)["content"] for m in msgs]
+    together = [None] * args.check
+
+    def run(i):
+        together[i] = client.chat(msgs[i], args.gen)["content"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.check)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = [i for i in range(args.check) if together[i] != alone[i]]
+    print(f"{args.label}  check: {args.check - len(bad)} of {args.check} concurrent answers equal "
+          f"the same request alone" + (f"; differ: {bad}" if bad else ""), flush=True)
+    return {"label": args.label, "check": args.check, "differ": bad}
+
+
 def agent(client, args, label):
     """The main conversation's turns alone, then with subagent traffic between them."""
     rows = []
@@ -184,6 +212,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=512, help="~prompt tokens per request")
     ap.add_argument("--gen", type=int, default=128, help="generated tokens per request")
     ap.add_argument("--agent", action="store_true", help="run the agent scenario instead")
+    ap.add_argument("--check", type=int, default=0,
+                    help="N: check that N concurrent greedy answers equal the same requests alone")
     ap.add_argument("--main", type=int, default=30000, help="agent: ~tokens of the main conversation")
     ap.add_argument("--turns", type=int, default=4, help="agent: follow-up turns")
     ap.add_argument("--turn-gen", type=int, default=64, help="agent: max tokens of a main turn")
@@ -195,6 +225,12 @@ def main():
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     client = Client(args.url, args.api_key, args.model, args.timeout)
+    if args.check > 0:
+        out = check(client, args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return 1 if out["differ"] else 0
     if args.agent:
         out = {"label": args.label, "agent": agent(client, args, args.label)}
     else:

@@ -3,7 +3,7 @@
 // weights load. Flags follow llama-server's names and meanings where gem has the feature
 // (README "gem serve flags" lists them all): the request defaults (-n, --temp, --top-k, ...,
 // --reasoning-format, --reasoning-budget, --chat-template-kwargs), -ctk/-ctv for the KV type,
-// --metrics, --slots, -np (stored; one request at a time for now), --alias. Flags that tune what
+// --metrics, --slots, -np (sequence slots, continuous batching), --alias. Flags that tune what
 // gem decides itself (-ngl, -fa, --jinja, -b, --mlock, --no-mmap, -cb) are accepted with a
 // one-line notice. llama-server's multi-letter short flags (-ngl, -fa, -ctk, -np, ...) reach
 // CLI11 as their long forms (main.cc). gem additions: --backend auto|cpu|cuda|scripted:FILE,
@@ -168,10 +168,10 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
                "GET /slots: the slot's state (on by default; --no-slots answers 501)")->group(kEndpoints);
   app.add_option("--parallel", a.n_parallel,
                  "-np: sequence slots, requests served at once with continuous batching, each "
-                 "slot with its own -c context and prefix cache (default: 4 on CUDA when the "
-                 "memory holds them, else fewer; 1 on the CPU)")->group(kEndpoints);
+                 "slot with its own -c context and prefix cache (default -1: 8 on CUDA, fewer "
+                 "when the memory does not hold 8 caches; 1 on the CPU)")->group(kEndpoints);
   app.add_option("--queue", a.queue,
-                 "requests that may wait behind the running one (default 8; more get 503)")->group(kEndpoints);
+                 "requests that may wait behind the running ones (default 8; more get 503)")->group(kEndpoints);
 
   app.add_option("--max-body", a.max_body, "largest request body (default 16M; K/M/G suffixes)")->group(kLimits);
   app.add_option("--max-json-depth", a.max_json_depth,
@@ -236,8 +236,8 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
                         "ignored")->group(kIgnored);
   app.add_flag_function("--cont-batching,--no-cont-batching",
                         [notice](int64_t) {
-                          notice("-cb/--cont-batching is ignored: requests are served one at a "
-                                 "time for now");
+                          notice("-cb/--cont-batching is ignored: with -np > 1 batching is always "
+                                 "continuous");
                         },
                         "-cb / -nocb: ignored")->group(kIgnored);
 }

@@ -64,7 +64,8 @@ int32_t draw_on_host(std::span<const float> logits, const GenerateRequest& reque
 }
 
 bool emit_token(int32_t token, bool eog, int n_ctx, const GenerateRequest& request,
-                const GenerateCallbacks& cb, std::vector<int32_t>& history, GenerateResult& result) {
+                const GenerateCallbacks& cb, std::vector<int32_t>& history,
+                GenerateResult& result) {
   history.push_back(token);
   result.n_generated++;
   bool keep_going = true;

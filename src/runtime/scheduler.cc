@@ -251,7 +251,8 @@ void Scheduler::rollback(Slot& slot) {
 
 void Scheduler::finish(Slot& slot, Status status) {
   Task* task = slot.task;
-  if (slot.phase == Slot::Phase::kDecode && task->result.finish != FinishReason::kCancelledInPrompt) {
+  if (slot.phase == Slot::Phase::kDecode &&
+      task->result.finish != FinishReason::kCancelledInPrompt) {
     task->result.decode_seconds = now_seconds() - slot.t_decode;
   }
   slot.task = nullptr;
@@ -295,13 +296,23 @@ void Scheduler::apply_releases() {
   }
 }
 
-// One step's batch: the rows, the slots they belong to, and the prompt chunk's extent.
+// One step's batch: the rows, the slots they belong to, and the prompt rows' extents.
 struct Scheduler::Batch {
+  struct Prompt {
+    Slot* slot = nullptr;
+    int end = 0;      // its rows end here (they start at slot->done)
+    int seg_end = 0;  // its segment (history, or generation prompt) ends here
+  };
   std::vector<BatchRow> rows;
-  std::vector<Slot*> slots;  // in row order; `pre` last when it has rows
-  Slot* pre = nullptr;       // the request whose prompt chunk is in the batch
-  int pre_end = 0;           // the chunk ends here
-  int seg_end = 0;           // its segment (history, or generation prompt) ends here
+  std::vector<Slot*> slots;     // in row order: the generating ones, then those of `prompts`
+  std::vector<Prompt> prompts;  // at most chunk() rows in all
+  int n_prompt_rows = 0;
+  const Prompt* prompt_of(const Slot* s) const {
+    for (const Prompt& p : prompts) {
+      if (p.slot == s) return &p;
+    }
+    return nullptr;
+  }
 };
 
 void Scheduler::step() {
@@ -330,19 +341,28 @@ void Scheduler::step() {
     batch.rows.push_back({s->id, pos, s->pending, true});
     batch.slots.push_back(s.get());
   }
-  // One chunk of the oldest request in prefill.
+  // One chunk of prompt rows: the oldest request in prefill first; when its segment (up to its
+  // history boundary, or the rest of its prompt) ends inside the chunk, the next oldest fills
+  // the rest, and so on.
+  std::vector<Slot*> prefilling;
   for (const auto& s : slots_) {
-    if (s->task == nullptr || s->phase != Slot::Phase::kPrefill) continue;
-    if (batch.pre == nullptr || s->task->id < batch.pre->task->id) batch.pre = s.get();
+    if (s->task != nullptr && s->phase == Slot::Phase::kPrefill) prefilling.push_back(s.get());
   }
-  if (Slot* pre = batch.pre) {
+  std::sort(prefilling.begin(), prefilling.end(),
+            [](const Slot* a, const Slot* b) { return a->task->id < b->task->id; });
+  for (Slot* pre : prefilling) {
+    if (batch.n_prompt_rows == chunk_) break;
     const std::vector<int32_t>& prompt = pre->task->request->prompt;
     const int n = static_cast<int>(prompt.size());
-    batch.seg_end = pre->done < pre->plan.boundary ? pre->plan.boundary : n;
-    batch.pre_end = std::min(pre->done + chunk_, batch.seg_end);
-    for (int p = pre->done; p < batch.pre_end; ++p) {
-      batch.rows.push_back({pre->id, p, prompt[static_cast<size_t>(p)], p == batch.seg_end - 1});
+    Batch::Prompt c;
+    c.slot = pre;
+    c.seg_end = pre->done < pre->plan.boundary ? pre->plan.boundary : n;
+    c.end = std::min(pre->done + chunk_ - batch.n_prompt_rows, c.seg_end);
+    for (int p = pre->done; p < c.end; ++p) {
+      batch.rows.push_back({pre->id, p, prompt[static_cast<size_t>(p)], p == c.seg_end - 1});
     }
+    batch.n_prompt_rows += c.end - pre->done;
+    batch.prompts.push_back(c);
     batch.slots.push_back(pre);
   }
   if (!batch.rows.empty() && !run(batch) && batch.slots.size() > 1) {
@@ -354,10 +374,9 @@ void Scheduler::step() {
       for (const BatchRow& r : batch.rows) {
         if (r.slot == s->id) one.rows.push_back(r);
       }
-      if (s == batch.pre) {
-        one.pre = s;
-        one.pre_end = batch.pre_end;
-        one.seg_end = batch.seg_end;
+      if (const Batch::Prompt* c = batch.prompt_of(s)) {
+        one.prompts.push_back(*c);
+        one.n_prompt_rows = c->end - s->done;
       }
       run(one);
     }
@@ -383,7 +402,7 @@ bool Scheduler::run(Batch& batch) {
     if (r.logits) slots_[static_cast<size_t>(r.slot)]->logit_row = n_logits++;
   }
   const Status st = backend_.eval_batch(batch.rows);
-  const int n_prompt_rows = batch.pre != nullptr ? batch.pre_end - batch.pre->done : 0;
+  const int n_prompt_rows = batch.n_prompt_rows;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.n_steps++;
@@ -395,10 +414,11 @@ bool Scheduler::run(Batch& batch) {
     if (batch.slots.size() > 1) return false;  // the caller splits the batch
     Slot& s = *batch.slots.front();
     clear(s);  // the request fails; its slot starts over
-    finish(s, st.with_context(&s == batch.pre ? "prompt evaluation: " : "generation: "));
+    finish(s, st.with_context(batch.prompt_of(&s) != nullptr ? "prompt evaluation: "
+                                                              : "generation: "));
     return false;
   }
-  if (Slot* pre = batch.pre) advance_prompt(*pre, batch.pre_end, batch.seg_end);
+  for (const Batch::Prompt& c : batch.prompts) advance_prompt(*c.slot, c.end, c.seg_end);
 
   // Draws: every generating slot with a logits row in this batch. The device samples what it
   // can: rows with neither a constraint nor a first token (the first is drawn on the host, as
@@ -534,8 +554,8 @@ bool Scheduler::draft_round(Slot& slot) {
   };
   bool ended = false;
   int32_t next = -1;
-  const Status st =
-      slot.spec->round(backend_, slot.id, slot.pending, cur, drafts, emit_one, result, &ended, &next);
+  const Status st = slot.spec->round(backend_, slot.id, slot.pending, cur, drafts, emit_one,
+                                     result, &ended, &next);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.n_steps++;

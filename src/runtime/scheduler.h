@@ -4,13 +4,14 @@
 // every request's prompt and decode steps.
 //
 // Each step is one Backend::eval_batch: one decode row for every generating slot, plus at most
-// one chunk of kChunk prompt rows of one request in prefill (the oldest admitted one). Then every
-// generating row is sampled (Backend::sample_batch first, the host for the rows it leaves and for
-// requests with a constraint), and its token emitted with Engine's stop rules (generation.h), on
-// the scheduler thread. Stall bound: a generating stream waits at most one step between two
-// tokens, and a step holds at most kChunk prompt rows besides the S decode rows, so a new prompt
-// delays running streams by no more than the evaluation of one chunk (on the CPU and CUDA a
-// chunk of n_tile rows is one layer pass of the prompt path).
+// one chunk of chunk() prompt rows (the oldest request in prefill; where its prompt, or its
+// history part, ends inside the chunk, the next oldest fills the rest). Then
+// every generating row is sampled (Backend::sample_batch first, the host for the rows it leaves
+// and for requests with a constraint), and its token emitted with Engine's stop rules
+// (generation.h), on the scheduler thread. Stall bound: a generating stream waits at most one
+// step between two tokens, and a step holds at most chunk() prompt rows besides the S decode
+// rows, so a new prompt delays running streams by no more than the evaluation of one chunk per
+// token (on the CPU and CUDA a chunk of n_tile rows is one layer pass of the prompt path).
 //
 // Each slot keeps one conversation's prefix cache with the Engine's rules: its cached tokens up to
 // the last request's history boundary, the checkpoint there, the last row's logits; reuse is
@@ -29,9 +30,8 @@
 // single-sequence path (Backend::eval, Backend::sample), so one client runs as fast as with the
 // Engine. Speculative decoding (GenerateRequest::drafter) runs only then too (DraftSource::propose
 // names no slot: the MTP drafter reads slot 0's cache); otherwise decode is batched without
-// drafts. The rounds are Engine's (generation.h
-// Speculation), so greedy output is the same either way, sampled output the same in
-// distribution.
+// drafts. The rounds are Engine's (generation.h Speculation), so greedy output is the same
+// either way, sampled output the same in distribution.
 #pragma once
 
 #include <condition_variable>
@@ -101,14 +101,15 @@ class Scheduler {
   // Gives waiting tasks a slot each while idle slots remain (FIFO).
   void admit_locked();
   int choose_slot_locked(const GenerateRequest& request);
-  // On the scheduler thread: the prefix plan for the slot's new task; false when it finished
-  // already (cancelled before its prompt, or an identical prompt whose first token ended it).
+  // On the scheduler thread: the prefix plan for the slot's new task (the slot starts over unless
+  // the prompt extends or equals its cache), the first progress callback; the task may end here
+  // (cancelled before its prompt; max_tokens 0 on an identical prompt).
   void start(Slot& slot);
   struct Batch;
   // One step: the lone request's single-sequence step, or one eval_batch of every generating
   // slot's decode row and one prompt chunk, and everything after it.
   void step();
-  // Evaluates the batch, advances its prompt chunk and draws its generating rows; false when the
+  // Evaluates the batch, advances its prompts and draws its generating rows; false when the
   // eval failed (a batch of one slot: its request ended with the error).
   bool run(Batch& batch);
   // After a prompt chunk: progress (cancellation), the history checkpoint, the switch to decode.
@@ -116,12 +117,14 @@ class Scheduler {
   // The token drawn for a generating slot: emitted; the request ends or the token waits for the
   // next step's row.
   void emit(Slot& slot, int32_t token);
-  // Ends the slot's task: rolls the slot back to its history boundary, hands the result over.
+  // Ends the slot's task and hands the result over; the slot is idle (what it rolls back or
+  // resets is set by the caller and done in apply_releases()).
   void finish(Slot& slot, Status status);
   void rollback(Slot& slot);
   void apply_releases();  // the rollbacks and resets of the requests that ended this step
   void clear(Slot& slot);
   void publish();  // refreshes info_ for slots()
+  // One speculative round of the lone request; false when it drafted nothing (a plain step then).
   bool draft_round(Slot& slot);
   // One decode step of the lone request on kSoloSlot through Backend::eval.
   void solo_step(Slot& slot);

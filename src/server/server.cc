@@ -3,9 +3,9 @@
 // whole run, so GET handlers on other workers never wait on it. With -np S > 1 the gate admits S
 // requests at once and runtime::Scheduler's one thread runs them all, calling each request's
 // callbacks (parsing, SSE events) on that thread; each stream's bytes then go out through its own
-// sender thread (SinkWriter, decoupled), so one slow client holds up no other stream. A disconnect is noticed by
-// polling the request's socket at every prompt tile and token, and by a per-request monitor
-// thread that also writes SSE keep-alive comments during long tiles.
+// sender thread (SinkWriter, decoupled), so one slow client holds up no other stream. A
+// disconnect is noticed by polling the request's socket at every prompt tile and token, and by a
+// per-request monitor thread that also writes SSE keep-alive comments during long tiles.
 //
 // tool_choice (chat/constraint.h make_tool_constraint): "none" keeps the tools declared in the prompt (as
 // llama.cpp does) but bans <|tool_call>; "required" lets the model think first, then forces
@@ -268,6 +268,7 @@ bool EngineGate::wait_turn(uint64_t ticket, double seconds) {
   if (!mine) return false;
   queue_.pop_front();
   running_++;
+  cv_.notify_all();  // the next in line may take another free slot now
   return true;
 }
 
@@ -299,7 +300,6 @@ void EngineGate::set_capacity(int n_running) {
   }
   cv_.notify_all();
 }
-
 
 int EngineGate::n_waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -344,8 +344,9 @@ Server::Server(ServerOptions options)
   o.max_connections = options_.max_connections;
   // Chat requests hold a worker while they run or wait (at most n_parallel + max_queue of them;
   // more are refused at once), so the GET routes always find a free one.
-  o.n_workers = options_.n_http_threads > 0 ? options_.n_http_threads
-                                            : options_.max_queue + std::max(1, options_.n_parallel) + 8;
+  o.n_workers = options_.n_http_threads > 0
+                    ? options_.n_http_threads
+                    : options_.max_queue + std::max(1, options_.n_parallel) + 8;
   http_ = std::make_unique<http::Server>(
       o, [this](const http::Request& req, http::Response& res) { handle(req, res); },
       [](int status, const std::string& message) {
@@ -530,7 +531,8 @@ json Server::props_json() const {
 }
 
 int Server::n_slots() const {
-  return engine_ ? std::max(1, engine_->backend().options().n_slots) : std::max(1, options_.n_parallel);
+  return engine_ ? std::max(1, engine_->backend().options().n_slots)
+                 : std::max(1, options_.n_parallel);
 }
 
 int Server::n_busy_slots() const {
@@ -627,8 +629,9 @@ std::string Server::metrics_text() {
     metrics_.bucket_start = now_seconds();
   }
   if (scheduler_) m.n_decode = scheduler_->stats().n_steps;  // one eval_batch per step
-  const double bucket_wall = m.bucket_start > 0 ? now_seconds() - m.bucket_start
-                                                : static_cast<double>(std::time(nullptr) - start_time_);
+  const double bucket_wall = m.bucket_start > 0
+                                 ? now_seconds() - m.bucket_start
+                                 : static_cast<double>(std::time(nullptr) - start_time_);
   struct Item {
     const char* name;
     const char* help;

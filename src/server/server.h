@@ -1,7 +1,8 @@
 // The HTTP server behind `gem serve`: llama-server-compatible routes (/health, /v1/models,
 // /props, /v1/chat/completions, /v1/completions; each also without /v1; /tokenize,
-// /detokenize, /apply-template, /metrics, /slots), SSE streaming, one generating request at a
-// time with a bounded FIFO queue, disconnect-driven cancellation, API key, body limits. The GET
+// /detokenize, /apply-template, /metrics, /slots), SSE streaming, up to -np generating requests
+// at once (runtime/scheduler.h; one at a time at -np 1) with a bounded FIFO queue,
+// disconnect-driven cancellation, API key, body limits. The GET
 // routes never touch the engine, so they answer while a request generates; /v1/models and /props
 // answer while the model loads too (/props with "is_loading": true).
 //

@@ -139,14 +139,36 @@ void expect_same_as_solo(const Job& r, const std::string& what) {
   EXPECT_EQ(r.result.n_generated, alone.result.n_generated) << what;
 }
 
+// Records the slot of every row of every eval_batch.
+class RecordingBackend : public test::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  Status eval_batch(std::span<const BatchRow> rows) override {
+    std::vector<int> slots;
+    for (const BatchRow& r : rows) slots.push_back(r.slot);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batches_.push_back(std::move(slots));
+    }
+    return ForwardingBackend::eval_batch(rows);
+  }
+  std::vector<std::vector<int>> batches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<int>> batches_;
+};
+
 // Four streams of different prompt lengths (several chunks each, past the sliding window), one
 // sampled with a seed and one under a constraint, at once on four slots: each equals its solo
-// run, and the steps really batched several rows.
+// run, the steps really batched several rows, and prompt chunks were shared.
 TEST(Scheduler, ConcurrentStreamsEqualEachServedAlone) {
   GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
-  auto backend = cpu_backend(4);
-  ASSERT_NE(backend, nullptr);
-  Scheduler s(*backend, eog);
+  RecordingBackend backend(cpu_backend(4));
+  Scheduler s(backend, eog);
   std::vector<Job> runs(4);
   runs[0].req = request(prompt_of(45, 0), 30);
   runs[1].req = request(prompt_of(20, 1), 40);
@@ -164,6 +186,18 @@ TEST(Scheduler, ConcurrentStreamsEqualEachServedAlone) {
   for (int i = 0; i < 4; ++i) expect_same_as_solo(runs[i], "stream " + std::to_string(i));
   const SchedulerStats st = s.stats();
   EXPECT_GT(st.n_decode_rows, st.n_steps) << "decode steps should hold several slots' rows";
+  // At most one chunk of prompt rows a step; a prompt ending inside a chunk shares it with the
+  // next one (two slots with several rows in one batch).
+  bool shared = false;
+  for (const std::vector<int>& rows : backend.batches()) {
+    EXPECT_LE(rows.size(), static_cast<size_t>(kTile + 4));
+    int n_prefilling = 0;
+    for (int slot = 0; slot < 4; ++slot) {
+      n_prefilling += std::count(rows.begin(), rows.end(), slot) > 1 ? 1 : 0;
+    }
+    shared = shared || n_prefilling >= 2;
+  }
+  EXPECT_TRUE(shared) << "no chunk held the rows of two prompts";
 }
 
 // More requests than slots: the rest wait for a slot, and every output still equals its solo run.
@@ -224,29 +258,6 @@ TEST(Scheduler, CancellationOfOneLeavesTheOthersUnchanged) {
   const Job alone2 = solo(plain);
   EXPECT_EQ(again.tokens, alone2.tokens);
 }
-
-// Records the slot of every row of every eval_batch.
-class RecordingBackend : public test::ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  Status eval_batch(std::span<const BatchRow> rows) override {
-    std::vector<int> slots;
-    for (const BatchRow& r : rows) slots.push_back(r.slot);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      batches_.push_back(std::move(slots));
-    }
-    return ForwardingBackend::eval_batch(rows);
-  }
-  std::vector<std::vector<int>> batches() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return batches_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::vector<int>> batches_;
-};
 
 // The stall bound: while a long prompt (11 chunks) is evaluated, a generating stream gets a
 // decode row in every step, and no step holds more than one chunk of prompt rows. Both outputs
