@@ -158,8 +158,10 @@ int main(int argc, char** argv) {
                 s.n_sliding, s.n_full);
     return 0;
   }
-  const double att_sliding = time_attention(s.n_heads, s.kv_sliding, 256, 1024, depth, 1, f16, pool);
-  const double att_full = time_attention(s.n_heads, s.kv_full, 512, 0, depth, 1, f16, pool);
+  double cpu_sliding = 0, cpu_full = 0;
+  const double att_sliding =
+      time_attention(s.n_heads, s.kv_sliding, 256, 1024, depth, 1, f16, pool, nullptr, &cpu_sliding);
+  const double att_full = time_attention(s.n_heads, s.kv_full, 512, 0, depth, 1, f16, pool, nullptr, &cpu_full);
   // One layer's matmuls, approximated by the FFN matrix (3 per layer) and the attention
   // projections scaled from it by their weight counts.
   const double ffn = time_matmul(s.n_ff, s.n_embd, pool);
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
                     s.n_full * (3 * ffn + per_weight * attn_w_full);
   const double att = s.n_sliding * att_sliding + s.n_full * att_full;
   std::printf("model %s, depth %d, KV %s, %d threads\n", model.c_str(), depth, kv.c_str(), pool.size());
-  std::printf("attention per layer: sliding %.3f ms, full %.3f ms\n", att_sliding, att_full);
+  std::printf("attention per layer: sliding %.3f ms (%.3f CPU-ms), full %.3f ms (%.3f CPU-ms)\n",
+              att_sliding, cpu_sliding, att_full, cpu_full);
   std::printf("per decode token: attention %.1f ms, layer matmuls (Q4_0, estimated) %.1f ms -> "
               "attention is %.1f%% of the two\n", att, mm, 100.0 * att / (att + mm));
   return 0;

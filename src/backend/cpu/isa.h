@@ -21,9 +21,9 @@ std::string_view isa_name(Isa isa);
 // True when this binary has the kernels of `isa` and this CPU can run them.
 bool isa_supported(Isa isa);
 
-// The path matmul runs: the best supported one, or GEM_CPU_ISA=scalar|avx2|avx512|neon when
-// that one is supported (an unsupported or unknown value is reported once on stderr and
-// ignored). Read once, on the first call.
+// The path the CPU kernels run (matmul and the fast ops of ops_fast.h): the best supported one,
+// or GEM_CPU_ISA=scalar|avx2|avx512|neon when that one is supported (an unsupported or unknown
+// value is reported once on stderr and ignored). Read once, on the first call.
 Isa active_isa();
 
 // A one-line description for `gem inspect` / `gem bench -v`: the active path, what the CPU

@@ -370,13 +370,15 @@ void attention_fast(const float* q, const int32_t* q_pos, int n_tokens, int n_he
     return;
   }
 
-  // Prompt tiles: a task is one KV head and a block of consecutive tokens (about kAttnBlockRows
+  // Prompt tiles: a task is one KV head and a block of consecutive tokens (up to kAttnBlockRows
   // query rows, so each K/V row loaded serves all of them), its chunks merged in order. Tasks
   // go head by head (consecutive tasks read the same K/V: 12B sliding layers at depth 4096, 1.46×
   // fewer CPU-seconds than alternating heads, whose 1 MB of K/V each left the L2), within a head
   // latest block first (causal: the latest see the most keys), to whichever thread is free.
-  const int block_tok = std::max(1, kAttnBlockRows / group);
-  const int n_blocks = (n_tokens + block_tok - 1) / block_tok;
+  int block_tok = std::max(1, kAttnBlockRows / group);
+  auto blocks = [&](int tok) { return (n_tokens + tok - 1) / tok; };
+  while (block_tok > 1 && blocks(block_tok) * n_kv_heads < 4 * pool.size()) block_tok /= 2;
+  const int n_blocks = blocks(block_tok);
   const int64_t n_units = static_cast<int64_t>(n_blocks) * n_kv_heads;
   pool.parallel_for_dynamic(n_units, 1, [&](int64_t begin, int64_t end, int slot) {
     const ThreadBuffers b = thread_buffers(scratch, slot, head_dim);

@@ -30,9 +30,12 @@ void round_to_f16(float* x, int64_t n, Isa isa = active_isa());
 // positions, so the result does not depend on tiling or on how the work is spread over threads.
 constexpr int kAttnChunk = 256;
 // Prompt tiles: query rows (tokens × the query heads of one KV head) per task, so that each K
-// and V row loaded serves that many rows. kAttnMaxRows bounds the rows of one task (and so the
-// query heads per KV head).
-constexpr int kAttnBlockRows = 16;
+// and V row loaded serves that many rows — up to kAttnBlockRows, fewer when a short tile would
+// leave the pool fewer than 4 tasks per thread. kAttnMaxRows bounds the rows of one task (and so
+// the query heads per KV head). 64 rows rather than 16: 12B full layers at depth 4096 (one KV
+// head, every task reads 9 MB of K/V) 1.3× fewer CPU-seconds on AVX-512, sliding layers the
+// same (bench/results/cpu.md).
+constexpr int kAttnBlockRows = 64;
 constexpr int kAttnMaxRows = 64;
 
 // Scratch of attention_fast, sized once for the largest layer and context.
