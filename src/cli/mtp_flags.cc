@@ -27,11 +27,12 @@ void add_mtp_flags(CLI::App& app, MtpFlags& f, const std::string& group) {
 
 Result<std::unique_ptr<runtime::MtpDraftSource>> make_mtp_drafter(Backend& backend,
                                                                   const MtpFlags& f) {
-  if (!f.on()) return std::unique_ptr<runtime::MtpDraftSource>();
+  // The draft lengths are checked with or without an assistant: a bad value is never ignored.
   if (f.draft_max < 1) return errorf("--draft-max %d: expected at least 1", f.draft_max);
   if (f.draft_min < 0 || f.draft_min > f.draft_max) {
     return errorf("--draft-min %d: expected 0..%d (--draft-max)", f.draft_min, f.draft_max);
   }
+  if (!f.on()) return std::unique_ptr<runtime::MtpDraftSource>();
   auto a = model::load_assistant(f.mtp);
   if (!a.ok()) return a.status().with_context("--mtp " + f.mtp + ": ");
   auto d = runtime::MtpDraftSource::make(backend, std::move(a).value());

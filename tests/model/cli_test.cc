@@ -192,6 +192,11 @@ TEST(GemCli, RunNoMtpAndDraftMin) {
   CmdResult bad = run_gem(common + " --mtp " + mtp + " --draft-min 9");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.out.find("--draft-min 9: expected 0..8 (--draft-max)"), std::string::npos) << bad.out;
+  // Without an assistant too: a bad draft length is an error, not ignored.
+  CmdResult bad_plain = run_gem(common + " --draft-min -1");
+  EXPECT_NE(bad_plain.rc, 0);
+  EXPECT_NE(bad_plain.out.find("--draft-min -1: expected 0..8 (--draft-max)"), std::string::npos)
+      << bad_plain.out;
   CmdResult zero = run_gem(common + " --mtp " + mtp + " --draft-max 0");
   EXPECT_NE(zero.rc, 0);
   EXPECT_NE(zero.out.find("--draft-max 0: expected at least 1"), std::string::npos) << zero.out;

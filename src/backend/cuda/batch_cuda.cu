@@ -158,13 +158,7 @@ void CudaBackend::layer_rows(const model::LayerPlan& p, const DevLayer& L, int n
     cuda::matmul_rows_gated(L.gate, L.up, hq_, n, g_, stream_, t);
     mark(Stage::kFfnGateUp, p.layer);
   } else {
-    // layer_decode's separate products, row by row into gu's [n, 2F] gate|up rows.
-    for (int r = 0; r < n; ++r) {
-      const Q8Act hr{hq_.q + static_cast<int64_t>(r) * E, hq_.ds + static_cast<int64_t>(r) * E / 32};
-      float* gur = gu_ + static_cast<int64_t>(r) * 2 * F;
-      cuda::matmul_rows(L.gate, h_ + static_cast<int64_t>(r) * E, hr, 1, gur, 0.0f, stream_, t);
-      cuda::matmul_rows(L.up, h_ + static_cast<int64_t>(r) * E, hr, 1, gur + F, 0.0f, stream_, t);
-    }
+    gate_up_by_row(L, n);  // layer_decode's separate products (matvec), row by row
     mark(Stage::kFfnGateUp, p.layer);
     cuda::gelu_mul(gu_, n, F, g_, stream_);
     mark(Stage::kGelu, p.layer);

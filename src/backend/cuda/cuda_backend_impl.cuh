@@ -125,6 +125,7 @@ class CudaBackend final : public Backend {
   // logit ranks in logits_host_ (rank[i] < 0: not kept).
   Status eval_run(int slot, std::span<const BatchRow> rows, std::span<const int> rank);
   void ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last, bool small);
+  void gate_up_by_row(const DevLayer& L, int n);
   void* k_of(const DevLayer& L, int slot) const {
     return static_cast<char*>(L.k_cache) + static_cast<size_t>(slot) * L.slot_bytes;
   }

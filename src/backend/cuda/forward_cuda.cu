@@ -384,6 +384,18 @@ void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int 
 // norm): `small` as the decode step does it (n-token products on q8 or f16 activations, hq_
 // kept for the next product), otherwise as a prompt tile (dequantised weights and cuBLAS; hq_
 // only after the last layer, for the head).
+// gate and up of n rows one row at a time into gu's [n, 2F] gate|up rows (the decode's matvec
+// per row): FFNs whose gate and up are not a quantised pair of one type.
+void CudaBackend::gate_up_by_row(const DevLayer& L, int n) {
+  const int E = cfg_.n_embd, F = cfg_.n_ff;
+  for (int r = 0; r < n; ++r) {
+    const Q8Act hr{hq_.q + static_cast<int64_t>(r) * E, hq_.ds + static_cast<int64_t>(r) * E / 32};
+    float* gur = gu_ + static_cast<int64_t>(r) * 2 * F;
+    cuda::matvec(L.gate, h_ + static_cast<int64_t>(r) * E, hr, 1, gur, 0.0f, stream_, tuning_);
+    cuda::matvec(L.up, h_ + static_cast<int64_t>(r) * E, hr, 1, gur + F, 0.0f, stream_, tuning_);
+  }
+}
+
 void CudaBackend::ffn_block(const model::LayerPlan& p, const DevLayer& L, int n, bool last,
                             bool small) {
   const int E = cfg_.n_embd, F = cfg_.n_ff;
@@ -414,13 +426,7 @@ void CudaBackend::ffn_block(const model::LayerPlan& p, const DevLayer& L, int n,
     cuda::matmul_n_gated(L.gate, L.up, h_, hq_, n, g_, stream_, t);
     mark(Stage::kFfnGateUp, p.layer);
   } else {
-    // Other weight types (F32, mixed): row by row into gu's [n, 2F] gate|up rows.
-    for (int r = 0; r < n; ++r) {
-      const Q8Act hr{hq_.q + static_cast<int64_t>(r) * E, hq_.ds + static_cast<int64_t>(r) * E / 32};
-      float* gur = gu_ + static_cast<int64_t>(r) * 2 * F;
-      cuda::matvec(L.gate, h_ + static_cast<int64_t>(r) * E, hr, 1, gur, 0.0f, stream_, t);
-      cuda::matvec(L.up, h_ + static_cast<int64_t>(r) * E, hr, 1, gur + F, 0.0f, stream_, t);
-    }
+    gate_up_by_row(L, n);  // other weight types (F32, mixed)
     mark(Stage::kFfnGateUp, p.layer);
     cuda::gelu_mul(gu_, n, F, g_, stream_);
     mark(Stage::kGelu, p.layer);
