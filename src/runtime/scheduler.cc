@@ -10,6 +10,17 @@
 #include "runtime/generation.h"
 
 namespace gem::runtime {
+namespace {
+
+// GenerateRequest::top_logprobs: the drawn token's log-probabilities in the raw row it was drawn
+// from, reported just before the token (as Engine does).
+void report_logprobs(const GenerateRequest& request, const GenerateCallbacks& cb, int32_t token,
+                     std::span<const float> row) {
+  if (request.top_logprobs < 0 || !cb.on_logprobs) return;
+  cb.on_logprobs(token, row_logprobs(row, token, request.top_logprobs));
+}
+
+}  // namespace
 
 struct Scheduler::Task {
   const GenerateRequest* request = nullptr;
@@ -113,6 +124,7 @@ void Scheduler::publish() {
       i.n_prompt = static_cast<int>(s->task->request->prompt.size());
       i.n_decoded = s->task->result.n_generated;
       i.max_tokens = s->task->request->max_tokens;
+      i.sampling = s->task->request->sampling;
     }
     info.push_back(i);
   }
@@ -124,6 +136,7 @@ void Scheduler::publish() {
       info[k].n_prompt = info_[k].n_prompt;
       info[k].n_decoded = info_[k].n_decoded;
       info[k].max_tokens = info_[k].max_tokens;
+      info[k].sampling = info_[k].sampling;
     }
   }
   info_ = std::move(info);
@@ -200,7 +213,8 @@ void Scheduler::start(Slot& slot) {
   slot.history = request.prompt;
   slot.generated.clear();
   slot.rng.emplace(resolve_seed(request.sampling.seed));
-  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint) {
+  if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint &&
+      request.top_logprobs < 0) {
     slot.spec.emplace(request, *slot.rng, slot.history);
   }
   slot.first = true;
@@ -389,6 +403,7 @@ void Scheduler::step() {
       const int32_t token = draw_on_host(s->cached_logits, *s->task->request, s->history,
                                          s->generated, coin, scratch);
       s->first = false;
+      report_logprobs(*s->task->request, *s->task->cb, token, s->cached_logits);
       emit(*s, token);
     }
   }
@@ -458,6 +473,9 @@ bool Scheduler::run(Batch& batch) {
     }
     s.first = false;
     if (s.spec) s.spec->set_root_row(s.logit_row);
+    if (s.task->request->top_logprobs >= 0) {
+      report_logprobs(*s.task->request, *s.task->cb, token, backend_.batch_logits(s.logit_row));
+    }
     emit(s, token);
   }
   for (Slot* s : batch.slots) s->logit_row = -1;
@@ -532,11 +550,19 @@ void Scheduler::solo_step(Slot& slot) {
   const double coin = slot.rng->next_double();
   std::optional<int32_t> token;
   if (!request.constraint) token = backend_.sample(request.sampling, slot.history, coin);
+  const bool on_device = token.has_value();
   if (!token) {
     std::vector<float> scratch;
     token = draw_on_host(backend_.logits(-1), request, slot.history, slot.generated, coin, scratch);
   }
   if (slot.spec) slot.spec->set_root_row(-1);
+  if (request.top_logprobs >= 0 && slot.task->cb->on_logprobs) {
+    // Where the backend keeps the row (on the device after a device draw), as Engine does.
+    slot.task->cb->on_logprobs(*token, on_device
+                                           ? backend_.token_logprobs(*token, request.top_logprobs)
+                                           : row_logprobs(backend_.logits(-1), *token,
+                                                          request.top_logprobs));
+  }
   emit(slot, *token);
   apply_releases();
 }

@@ -30,7 +30,9 @@
 // single-sequence path (Backend::eval, Backend::sample), so one client runs as fast as with the
 // Engine. Speculative decoding (GenerateRequest::drafter) runs only then too (DraftSource::propose
 // names no slot: the MTP drafter reads slot 0's cache); otherwise decode is batched without
-// drafts. The rounds are Engine's (generation.h Speculation), so greedy output is the same
+// drafts. A request asking for logprobs (GenerateRequest::top_logprobs) gets each token's
+// log-probabilities from the row it was drawn from, on any path, and is never drafted (as in
+// Engine). The rounds are Engine's (generation.h Speculation), so greedy output is the same
 // either way, sampled output the same in distribution.
 #pragma once
 
@@ -60,6 +62,7 @@ struct SlotInfo {
   int n_prompt = 0;           // that request's prompt
   int n_decoded = 0;          // tokens it generated so far
   int max_tokens = -1;
+  SamplingParams sampling;    // that request's sampling (llama-server's /slots "params")
   uint64_t n_reused = 0;      // requests that reused this slot's cache (some or all of it)
 };
 

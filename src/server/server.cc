@@ -560,6 +560,8 @@ json Server::slots_json() const {
                    {"n_reused", si.n_reused},
                    {"params", sampling_json(default_sampling(), options_.n_predict)}};
       if (si.task > 0) {
+        // The sampling of the request it runs (or ran last), as llama-server shows it.
+        slot["params"] = sampling_json(si.sampling, si.max_tokens);
         slot["id_task"] = si.task;
         slot["n_prompt_tokens"] = si.n_prompt;
         slot["next_token"] = json::array(

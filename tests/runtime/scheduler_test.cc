@@ -57,6 +57,8 @@ struct Job {
   int stop_after = -1;         // on_token returns false at this many tokens (a disconnect)
   int cancel_at_progress = -1; // on_prompt_progress returns false once done >= this
   std::vector<int32_t> tokens;
+  std::vector<int32_t> logprob_tokens;     // with req.top_logprobs >= 0: what on_logprobs named
+  std::vector<TokenLogprobs> logprobs;
   GenerateResult result;
   Status status;
 };
@@ -81,6 +83,10 @@ GenerateCallbacks callbacks(Job& run, std::function<void()> on_first_progress = 
       *first = nullptr;
     }
     return run.cancel_at_progress < 0 || done < run.cancel_at_progress;
+  };
+  cb.on_logprobs = [&run](int32_t t, const TokenLogprobs& lp) {
+    run.logprob_tokens.push_back(t);
+    run.logprobs.push_back(lp);
   };
   cb.on_token = [&run](int32_t t) {
     run.tokens.push_back(t);
@@ -137,6 +143,16 @@ void expect_same_as_solo(const Job& r, const std::string& what) {
   EXPECT_EQ(r.tokens, alone.tokens) << what;
   EXPECT_EQ(r.result.finish, alone.result.finish) << what;
   EXPECT_EQ(r.result.n_generated, alone.result.n_generated) << what;
+  // Log-probabilities: reported for every token before it, from the same row as alone.
+  EXPECT_EQ(r.logprob_tokens, alone.logprob_tokens) << what;
+  if (r.req.top_logprobs >= 0) {
+    EXPECT_EQ(r.logprob_tokens, r.tokens) << what;
+  }
+  ASSERT_EQ(r.logprobs.size(), alone.logprobs.size()) << what;
+  for (size_t i = 0; i < r.logprobs.size(); ++i) {
+    EXPECT_EQ(r.logprobs[i].logprob, alone.logprobs[i].logprob) << what << ", token " << i;
+    EXPECT_EQ(r.logprobs[i].top, alone.logprobs[i].top) << what << ", token " << i;
+  }
 }
 
 // Records the slot of every row of every eval_batch.
@@ -210,6 +226,48 @@ TEST(Scheduler, RequestsBeyondTheSlotsWaitAndStillMatch) {
   for (int i = 0; i < 5; ++i) runs[i].req = request(prompt_of(18 + 9 * i, 10 + i), 12 + 3 * i);
   run_concurrently(s, runs);
   for (int i = 0; i < 5; ++i) expect_same_as_solo(runs[i], "request " + std::to_string(i));
+}
+
+// logprobs (OpenAI's top_logprobs) under concurrency: every token's log-probabilities come from
+// the row it was drawn from, as when the request runs alone (greedy, sampled, constrained, and a
+// repeated prompt whose first token comes from the kept logits); then one request alone on the
+// solo slot (the single-sequence decode path) reports them too.
+TEST(Scheduler, LogprobsOfConcurrentStreamsEqualEachServedAlone) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  auto backend = cpu_backend(3);
+  ASSERT_NE(backend, nullptr);
+  Scheduler s(*backend, eog);
+  std::vector<Job> runs(3);
+  runs[0].req = request(prompt_of(30, 4), 14);
+  runs[1].req = request(prompt_of(21, 5), 12, 0.9f, 7);
+  runs[2].req = request(prompt_of(40, 6), 10);
+  runs[2].req.constraint = [](std::span<float> logits, std::span<const int32_t> generated) {
+    if (generated.size() % 2 == 0) {
+      const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      logits[static_cast<size_t>(best)] = -INFINITY;
+    }
+    return int32_t{-1};
+  };
+  for (int i = 0; i < 3; ++i) runs[i].req.top_logprobs = 1 + 2 * i;
+  run_concurrently(s, runs);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(runs[i].logprobs.size(), runs[i].tokens.size()) << "stream " << i;
+    for (const TokenLogprobs& lp : runs[i].logprobs) {
+      EXPECT_EQ(lp.top.size(), static_cast<size_t>(runs[i].req.top_logprobs));
+    }
+    expect_same_as_solo(runs[i], "stream " + std::to_string(i));
+  }
+  // The same prompt again, alone: its first token from the slot's kept logits, the rest through
+  // the solo path (slot 0 takes it: its cache extends furthest only if the prompt was slot 0's).
+  Job again;
+  again.req = runs[0].req;
+  auto res = s.generate(again.req, callbacks(again));
+  again.status = res.status();
+  if (res.ok()) again.result = *res;
+  ASSERT_TRUE(again.status.ok()) << again.status.message();
+  EXPECT_EQ(again.result.n_cached, static_cast<int>(again.req.prompt.size()));
+  EXPECT_EQ(again.tokens, runs[0].tokens);
+  expect_same_as_solo(again, "the repeated request");
 }
 
 // One stream disconnects mid-generation, another's prompt is cancelled after its first chunk,

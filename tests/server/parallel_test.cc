@@ -201,6 +201,56 @@ TEST(Parallel, ConcurrentRequestsEqualEachServedAlone) {
   EXPECT_NE(m.find("llamacpp:kv_cache_usage_ratio"), std::string::npos) << m;
 }
 
+// logprobs with several slots: requests asking for them (greedy and sampled with a seed) run at
+// once and each answer, log-probabilities included, equals the same request served alone.
+TEST(Parallel, LogprobsUnderConcurrencyEqualEachServedAlone) {
+  Parallel p;
+  ASSERT_NO_FATAL_FAILURE(start(p, 2));
+  const int port = p.s.port;
+  auto lp_body = [](int i) {
+    json b = body(kTexts[i], 16 + 4 * i);
+    b["logprobs"] = true;
+    b["top_logprobs"] = 2 + i;
+    if (i == 1) {
+      b["temperature"] = 0.8;
+      b["seed"] = 5;
+    }
+    return b;
+  };
+  std::vector<json> alone;
+  for (int i = 0; i < 2; ++i) alone.push_back(post(port, lp_body(i)));
+  p.backend->hold(true);
+  const uint64_t before = scheduler_requests(p);
+  std::vector<json> together(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { together[i] = post(port, lp_body(i)); });
+  wait_for([&] { return scheduler_requests(p) >= before + 2; }, "two requests in the scheduler");
+  p.backend->hold(false);
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(together[i].is_object() && together[i].contains("choices")) << together[i].dump();
+    const json& lp = together[i]["choices"][0]["logprobs"]["content"];
+    ASSERT_TRUE(lp.is_array()) << together[i].dump();
+    EXPECT_FALSE(lp.empty()) << "request " << i;
+    for (const json& e : lp) EXPECT_EQ(e["top_logprobs"].size(), static_cast<size_t>(2 + i));
+    EXPECT_EQ(text_of(together[i]), text_of(alone[i])) << "request " << i;
+    EXPECT_EQ(lp, alone[i]["choices"][0]["logprobs"]["content"]) << "request " << i;
+  }
+  // /slots shows each slot's last request's own sampling (llama-server's "params").
+  const json slots = get_json(port, "/slots");
+  ASSERT_TRUE(slots.is_array());
+  int sampled = 0, greedy = 0;
+  for (const json& sl : slots) {
+    const json& prm = sl["params"];
+    if (prm["seed"] == 5 && prm["temperature"].get<double>() == 0.8 && prm["n_predict"] == 20) {
+      ++sampled;
+    }
+    if (prm["temperature"].get<double>() == 0.0 && prm["n_predict"] == 16) ++greedy;
+  }
+  EXPECT_EQ(sampled, 1) << slots.dump();
+  EXPECT_EQ(greedy, 1) << slots.dump();
+}
+
 // Two slots, a queue of one: two requests run, a third waits, a fourth gets 503 with
 // Retry-After. The waiting one's client goes away: the queue frees at once (a fifth is queued,
 // not refused). Let go, the running ones answer what they answer alone.
