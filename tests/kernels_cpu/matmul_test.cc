@@ -230,11 +230,11 @@ TEST_P(MatmulTest, FastAndScalarMatchReference) {
       const PackedMatrix* packed;
     };
     std::vector<Run> runs;
-    for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+    for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
       if (!isa_supported(isa)) continue;
       runs.push_back({isa, &pool1, nullptr});
       runs.push_back({isa, &pool3, nullptr});
-      if (packed.storage && (isa == Isa::kAvx2 || isa == Isa::kAvx512)) {
+      if (packed.storage && (isa == Isa::kAvx2 || isa == Isa::kAvx512 || isa == Isa::kAmx)) {
         runs.push_back({isa, &pool1, &packed.view});
         runs.push_back({isa, &pool3, &packed.view});
       }
@@ -312,7 +312,7 @@ TEST(MatmulExtremes, NoSaturation) {
       matmul_ref(w, x.data(), 1, y_ref.data());
       OwnedPacked packed;
       if (packable(w)) packed = pack_owned(w, pool);
-      for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+      for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
         if (!isa_supported(isa)) continue;
         const PackedMatrix* with = packed.storage ? &packed.view : nullptr;
         for (const PackedMatrix* pm : {static_cast<const PackedMatrix*>(nullptr), with}) {
@@ -473,6 +473,69 @@ TEST(Matmul, SimdRoundingIsRoundActivations) {
   }
 }
 
+// The AMX path (tile products for ranges of 16 and more tokens, the AVX-512 kernel for the rest)
+// equals the AVX-512 packed kernel bit for bit: the same exact integer block sums, scaled by the
+// same float operations in the same order (matmul_amx.cc). Fresh random weights and activations
+// at the 12B/31B widths and the 12B's ffn_down width, token counts that are whole 16-token
+// tiles, tiles plus a remainder, and more than one chunk; also the extreme codes (every Q4_0
+// nibble 0 or 15, every Q8_0 weight -128 or 127) under the largest activations.
+TEST(Matmul, AmxEqualsAvx512BitForBit) {
+  if (!isa_supported(Isa::kAmx)) {
+    GTEST_SKIP() << "no AMX-INT8 here (" << isa_description() << "): the AMX path is compiled, "
+                 << "not run";
+  }
+  ThreadPool pool1(1), pool3(3);
+  struct Shape {
+    int64_t rows, cols;
+    int n_tokens;
+  };
+  const Shape shapes[] = {{48, 3840, 16}, {64, 3840, 130}, {32, 15360, 37}, {32, 5376, 64},
+                          {16, 256, 17},  {80, 4096, 512}};
+  uint64_t seed = base_seed() + 7000;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+    for (const Shape& sh : shapes) {
+      for (int extreme = 0; extreme < 2; ++extreme) {
+        std::mt19937_64 rng(++seed);
+        RandomWeights w = make_weights(t, sh.rows, sh.cols, rng);
+        std::vector<float> x = make_x(sh.n_tokens, sh.cols, rng);
+        if (extreme == 1) {
+          // Largest codes of one sign per row, activations at ±3 (per-block amax: all q = ±127).
+          const int64_t bb = block_bytes(t);
+          for (size_t off = 0; off < w.bytes.size(); off += static_cast<size_t>(bb)) {
+            const bool hi = (off / static_cast<size_t>(bb)) % 3 != 0;
+            if (t == DType::kQ4_0) {
+              std::memset(w.bytes.data() + off + 2, hi ? 0xFF : 0x00, 16);
+            } else {
+              std::memset(w.bytes.data() + off + 2, hi ? 0x7F : 0x80, 32);
+            }
+          }
+          for (size_t i = 0; i < x.size(); ++i) x[i] = (i / 32) % 2 ? -3.0f : 3.0f;
+        }
+        ASSERT_TRUE(packable(w.view));
+        const OwnedPacked packed = pack_owned(w.view, pool3);
+        const size_t n = static_cast<size_t>(sh.n_tokens * sh.rows);
+        std::vector<float> want(n, std::nanf("")), got(n, std::nanf(""));
+        matmul_on(Isa::kAvx512, w.view, x.data(), sh.n_tokens, want.data(), pool1, &packed.view);
+        for (ThreadPool* pool : {&pool1, &pool3}) {
+          std::fill(got.begin(), got.end(), std::nanf(""));
+          matmul_on(Isa::kAmx, w.view, x.data(), sh.n_tokens, got.data(), *pool, &packed.view);
+          int bad = 0;
+          for (size_t i = 0; i < n; ++i) {
+            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ < 3) {
+              ADD_FAILURE() << dtype_name(t) << " rows=" << sh.rows << " cols=" << sh.cols
+                            << " tokens=" << sh.n_tokens << " extreme=" << extreme
+                            << " threads=" << pool->size() << ": token " << i / sh.rows
+                            << " row " << i % sh.rows << ": amx " << got[i] << ", avx512 "
+                            << want[i];
+            }
+          }
+          EXPECT_EQ(bad, 0);
+        }
+      }
+    }
+  }
+}
+
 // The runtime dispatch: matmul runs the path isa.cc chose, which is the best one this CPU and
 // binary support unless GEM_CPU_ISA lowered it; every x86 build carries both SIMD paths.
 TEST(Matmul, DispatchChoosesTheBestSupportedPath) {
@@ -483,13 +546,13 @@ TEST(Matmul, DispatchChoosesTheBestSupportedPath) {
   const char* forced = std::getenv("GEM_CPU_ISA");
   if (forced != nullptr && forced[0] != '\0') {
     // The override (ctest's kernels_cpu_test_avx2 sets it): taken when this CPU has that path.
-    for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+    for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
       if (isa_name(i) == forced && isa_supported(i)) {
         EXPECT_EQ(active_isa(), i);
       }
     }
   } else {
-    for (Isa better : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+    for (Isa better : {Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
       if (isa_supported(better)) {
         EXPECT_EQ(active_isa(), better);
         break;

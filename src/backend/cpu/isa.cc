@@ -6,6 +6,11 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "backend/cpu/simd_kernels.h"
 
 namespace gem::cpu {
@@ -14,7 +19,27 @@ namespace {
 struct Features {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+  bool amx_int8 = false;  // AMX-TILE + AMX-INT8 reported by the CPU
+  bool amx_usable = false;  // ... and the OS saves tile state and let this process use it
 };
+
+#if defined(GEM_CPU_X86)
+// AMX's tile data is an XSAVE feature the OS enables (XCR0 bits 17, 18) and, on Linux, hands to
+// a process only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; process-wide, so
+// every thread may then use it). Without both, the first tile instruction faults.
+bool amx_os_ready() {
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3) != 3) return false;
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+#endif
 
 Features detect() {
   Features f;
@@ -33,6 +58,12 @@ Features detect() {
   // AVX512_BF16: CPUID leaf 7 sub-leaf 1, EAX bit 5 (reported only; no kernel uses it).
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
   f.avx512bf16 = (a >> 5) & 1;
+  // AMX-TILE and AMX-INT8: CPUID leaf 7 sub-leaf 0, EDX bits 24 and 25; OSXSAVE: leaf 1 ECX 27.
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  const bool osxsave = (c >> 27) & 1;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  f.amx_int8 = ((d >> 24) & 1) && ((d >> 25) & 1);
+  f.amx_usable = f.amx_int8 && osxsave && amx_os_ready();
 #endif
   return f;
 }
@@ -43,7 +74,7 @@ const Features& features() {
 }
 
 Isa best_supported() {
-  for (Isa i : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa i : {Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
     if (isa_supported(i)) return i;
   }
   return Isa::kScalar;
@@ -54,7 +85,7 @@ Isa choose() {
   const char* env = std::getenv("GEM_CPU_ISA");
   if (env == nullptr || env[0] == '\0') return best;
   const std::string want = env;
-  for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     if (want == isa_name(i)) {
       if (isa_supported(i)) return i;
       std::fprintf(stderr, "gem: GEM_CPU_ISA=%s is not supported on this CPU/binary; using %s\n",
@@ -62,7 +93,7 @@ Isa choose() {
       return best;
     }
   }
-  std::fprintf(stderr, "gem: GEM_CPU_ISA=%s is not one of scalar, neon, avx2, avx512; using %s\n",
+  std::fprintf(stderr, "gem: GEM_CPU_ISA=%s is not one of scalar, neon, avx2, avx512, amx; using %s\n",
                env, std::string(isa_name(best)).c_str());
   return best;
 }
@@ -75,6 +106,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::kNeon: return "neon";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }
@@ -102,6 +134,8 @@ bool isa_supported(Isa isa) {
 #else
       return false;
 #endif
+    case Isa::kAmx:
+      return isa_supported(Isa::kAvx512) && f.amx_usable;
   }
   return false;
 }
@@ -124,6 +158,7 @@ std::string isa_description() {
   if (f.avx512vl) s += " avx512vl";
   if (f.avx512vnni) s += " avx512vnni";
   if (f.avx512bf16) s += " avx512bf16";
+  if (f.amx_int8) s += f.amx_usable ? " amx-int8" : " amx-int8(not enabled by the OS)";
 #elif defined(GEM_CPU_NEON)
   s += " neon";
 #else

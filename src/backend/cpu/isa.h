@@ -13,16 +13,17 @@ enum class Isa {
   kNeon,     // aarch64 NEON (+ dotprod where compiled)
   kAvx2,     // AVX2 + FMA + F16C
   kAvx512,   // AVX-512 F/BW/VL + VNNI (+ FMA, F16C)
+  kAmx,      // kAvx512, with AMX-INT8 tiles for the products of prompt-sized token ranges
 };
 
-// "scalar", "neon", "avx2", "avx512".
+// "scalar", "neon", "avx2", "avx512", "amx".
 std::string_view isa_name(Isa isa);
 
 // True when this binary has the kernels of `isa` and this CPU can run them.
 bool isa_supported(Isa isa);
 
 // The path the CPU kernels run (matmul and the fast ops of ops_fast.h): the best supported one,
-// or GEM_CPU_ISA=scalar|avx2|avx512|neon when that one is supported (an unsupported or unknown
+// or GEM_CPU_ISA=scalar|avx2|avx512|amx|neon when that one is supported (an unsupported or unknown
 // value is reported once on stderr and ignored). Read once, on the first call.
 Isa active_isa();
 

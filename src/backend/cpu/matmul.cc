@@ -137,6 +137,7 @@ struct Kernels {
   detail::PackedTileFn packed = nullptr;  // set: run on the PackedMatrix
   detail::QuantizeFn quantize = nullptr;
   bool pairs = false;                     // the AVX2 Q4_0 tile's Q4PairX records
+  int chunk_align = 4;                    // token chunks a multiple of this (the tile's width)
 };
 
 // The one table from (path, weight type, packed copy available) to kernels.
@@ -148,6 +149,12 @@ Kernels select_kernels(Isa isa, DType t, bool have_packed) {
       k.packed = have_packed ? detail::avx512_packed_fn(t) : nullptr;
       k.tile = detail::avx2_tile_fn(t);
       k.quantize = detail::avx2_quantize_q8;
+      break;
+    case Isa::kAmx:  // AVX-512, with tile products for token ranges of 16 and more
+      k.packed = have_packed ? detail::amx_packed_fn(t) : nullptr;
+      k.tile = detail::avx2_tile_fn(t);
+      k.quantize = detail::avx2_quantize_q8;
+      if (k.packed != nullptr) k.chunk_align = 16;
       break;
     case Isa::kAvx2:
       k.packed = have_packed ? detail::avx2_packed_fn(t) : nullptr;
@@ -164,7 +171,8 @@ Kernels select_kernels(Isa isa, DType t, bool have_packed) {
       break;
   }
   if (k.tile == nullptr) k.tile = detail::scalar_tile_fn(t);
-  k.pairs = k.packed == nullptr && t == DType::kQ4_0 && (isa == Isa::kAvx2 || isa == Isa::kAvx512);
+  k.pairs = k.packed == nullptr && t == DType::kQ4_0 &&
+            (isa == Isa::kAvx2 || isa == Isa::kAvx512 || isa == Isa::kAmx);
   return k;
 }
 
@@ -347,10 +355,12 @@ void run_matmul(const model::TensorView& w, const float* x, int n_tokens, float*
   // Bytes of rounded x a tile reads per token: the Q4PairX records are 2 per value.
   const int64_t x_bytes_per_token =
       w.type == DType::kF32 ? 4 * w.cols : (qx.q4_pairs != nullptr ? 2 * w.cols : w.cols);
-  // A multiple of 4 tokens, so that every chunk but the last runs the tiles' full 4-token width.
+  // A multiple of the tile's width in tokens (4; AMX: 16), so that every chunk but the last
+  // runs full tiles.
+  const int align = kern.chunk_align;
   const int chunk = static_cast<int>(
-      std::clamp<int64_t>(kXChunkBytes / std::max<int64_t>(1, x_bytes_per_token), 4,
-                          kMaxChunkTokens) / 4 * 4);
+      std::clamp<int64_t>(kXChunkBytes / std::max<int64_t>(1, x_bytes_per_token), align,
+                          kMaxChunkTokens) / align * align);
   // Rows [u·16, (u+1)·16) for u in [u0, u1): one packed group or 16 rows of the file's layout.
   auto run_units = [&](int64_t u0, int64_t u1, int t0, int t1) {
     if (kern.packed != nullptr) {

@@ -72,7 +72,7 @@ const OpsKernels& ops_kernels(Isa isa) {
   GEM_CHECK(isa_supported(isa), "cpu ops: path %s is not supported on this CPU",
             std::string(isa_name(isa)).c_str());
 #ifdef GEM_CPU_X86
-  if (isa == Isa::kAvx512) {
+  if (isa == Isa::kAvx512 || isa == Isa::kAmx) {
     static const OpsKernels merged = [] {
       OpsKernels t = detail::avx2_ops();
       const OpsKernels& w = detail::avx512_ops();

@@ -69,6 +69,7 @@ TileFn avx2_tile_fn(DType t);            // the file's layout (Q4_0 reads Q4Pair
 PackedTileFn avx2_packed_fn(DType t);    // Q4_0, Q8_0; else null
 void avx2_quantize_q8(const float* x, int64_t n_blocks, int8_t* q, float* d);
 PackedTileFn avx512_packed_fn(DType t);  // Q4_0, Q8_0; else null
+PackedTileFn amx_packed_fn(DType t);     // Q4_0, Q8_0 (AMX-INT8 tiles); else null
 #endif
 #ifdef GEM_CPU_NEON
 TileFn neon_tile_fn(DType t);
