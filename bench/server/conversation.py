@@ -111,7 +111,7 @@ def main():
     for r in rows:
         pps = r["predicted_per_second"]
         print(f"| {a.label} | {r['turn']} | {r['prompt_tokens']} | {r['cached']} | {r['wall_s']:.3f} | "
-              f"{r['predicted_n']} | {pps:.1f} |" if pps else
+              f"{r['predicted_n']} | {pps:.2f} |" if pps else
               f"| {a.label} | {r['turn']} | {r['prompt_tokens']} | {r['cached']} | {r['wall_s']:.3f} | "
               f"{r['predicted_n']} | – |")
     if a.json:
