@@ -51,6 +51,18 @@ std::vector<int32_t> prompt_of(int n, int salt) {
   return p;
 }
 
+// A constraint that bans the token the greedy choice would pick at every step whose count of
+// generated tokens has the given parity.
+Constraint ban_greedy_every_other(size_t parity) {
+  return [parity](std::span<float> logits, std::span<const int32_t> generated) {
+    if (generated.size() % 2 == parity) {
+      const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      logits[static_cast<size_t>(best)] = -INFINITY;
+    }
+    return int32_t{-1};
+  };
+}
+
 // A request and what came back.
 struct Job {
   GenerateRequest req;
@@ -190,14 +202,7 @@ TEST(Scheduler, ConcurrentStreamsEqualEachServedAlone) {
   runs[1].req = request(prompt_of(20, 1), 40);
   runs[2].req = request(prompt_of(70, 2), 24, 0.8f, 11);  // sampled, seeded
   runs[3].req = request(prompt_of(33, 3), 36);
-  // A constraint: bans the tokens the greedy choice would otherwise pick every other step.
-  runs[3].req.constraint = [](std::span<float> logits, std::span<const int32_t> generated) {
-    if (generated.size() % 2 == 1) {
-      const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-      logits[static_cast<size_t>(best)] = -INFINITY;
-    }
-    return int32_t{-1};
-  };
+  runs[3].req.constraint = ban_greedy_every_other(1);
   run_concurrently(s, runs);
   for (int i = 0; i < 4; ++i) expect_same_as_solo(runs[i], "stream " + std::to_string(i));
   const SchedulerStats st = s.stats();
@@ -241,13 +246,7 @@ TEST(Scheduler, LogprobsOfConcurrentStreamsEqualEachServedAlone) {
   runs[0].req = request(prompt_of(30, 4), 14);
   runs[1].req = request(prompt_of(21, 5), 12, 0.9f, 7);
   runs[2].req = request(prompt_of(40, 6), 10);
-  runs[2].req.constraint = [](std::span<float> logits, std::span<const int32_t> generated) {
-    if (generated.size() % 2 == 0) {
-      const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-      logits[static_cast<size_t>(best)] = -INFINITY;
-    }
-    return int32_t{-1};
-  };
+  runs[2].req.constraint = ban_greedy_every_other(0);
   for (int i = 0; i < 3; ++i) runs[i].req.top_logprobs = 1 + 2 * i;
   run_concurrently(s, runs);
   for (int i = 0; i < 3; ++i) {
