@@ -5,7 +5,7 @@
 //
 // The packed layout is already AMX's "VNNI" form of a B operand: one group-block of 16 rows is
 // K/4 = 8 slices of 64 bytes, slice k holding elements 4k..4k+3 of each of the 16 rows. So per
-// 32-value block, one TDPBSUD/TDPBSSD multiplies 16 tokens' signed q8 activations (an A tile
+// 32-value block, one TDPBSSD multiplies 16 tokens' signed q8 activations (an A tile
 // read straight from the rounded x, row stride = cols) with 16 rows' weights (a B tile of 8
 // slices) into 16 × 16 exact int32 block sums, the same integers the AVX-512 kernel builds with
 // vpdpbusd. Each block's sums are then scaled exactly as there (acc += float(isum) · (d_w · d_x),
