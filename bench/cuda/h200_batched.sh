@@ -3,11 +3,16 @@
 # as for bench/cuda/h200_run.sh), in steps that fit a call each:
 #   bash bench/cuda/h200_batched.sh build   gem, the CUDA tests and the test models; the CUDA
 #                                           backend, n-token product and profiler tests
+#                                           (FILTER=gtest-filter limits the backend test)
 #   bash bench/cuda/h200_batched.sh 12b     gem synth 12b; gem bench -p 1,2,4,8,16,32,64,512
 #                                           -n 128 and --parallel 1..32 -p 512 -n 128; gem profile
 #                                           (decode, 8 rows) at depth 0 and 32768
 #   bash bench/cuda/h200_batched.sh 31b     the same for the 31B
 #   bash bench/cuda/h200_batched.sh serve   issue 28: bench/server/h200_conversation.sh, 12B, no llama
+#   bash bench/cuda/h200_batched.sh llama-12b|llama-31b   llama.cpp on the same file, the same
+#                                           tests: llama-bench -p 1,2,4,8,16,32,512 -n 128 and
+#                                           llama-batched-bench -npp 512 -ntg 128 -npl 1..32
+#                                           (binaries from .device/llbin.tar.xz, or its build)
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 step=${1:-build}
@@ -26,12 +31,12 @@ build)
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
     -DGEM_WERROR=OFF >"$OUT/build.log" 2>&1 &&
     cmake --build $B -j16 --target gem gem_test_models cuda_backend_test matmul_n_test \
-      cuda_profile_test >>"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" "$OUT/build.log" | head; exit 1; }
+      cuda_profile_test speculative_cuda_test drafter_cuda_test >>"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" "$OUT/build.log" | head; exit 1; }
   log "built"
   for t in matmul_n_test cuda_profile_test; do
-    (cd $B && timeout 60 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
+    (cd $B && timeout 150 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
   done
-  (cd $B && timeout 240 ./tests/cuda/cuda_backend_test >"$OUT/cuda_backend_test.log" 2>&1)
+  (cd $B && timeout 240 ./tests/cuda/cuda_backend_test --gtest_filter="${FILTER:-*}" >"$OUT/cuda_backend_test.log" 2>&1)
   grep -E "^\[ +(OK|FAILED|PASSED) +\]" "$OUT/cuda_backend_test.log" | tee -a "$OUT/batched.txt"
   grep -E "Failure|first difference" "$OUT/cuda_backend_test.log" | head -20 | tee -a "$OUT/batched.txt"
   ;;
@@ -53,6 +58,19 @@ build)
   ;;
 serve)
   GEM=$GEM WITH_LLAMA=0 MODELS=12b bash bench/server/h200_conversation.sh
+  ;;
+llama-12b|llama-31b)
+  p=${step#llama-}
+  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
+  source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
+  [ -n "${llama_pid:-}" ] && wait $llama_pid
+  L=/tmp/llama-build/bin
+  [ -x $L/llama-bench ] || { log "no llama.cpp binaries (carry .device/llbin.tar.xz)"; exit 1; }
+  log "llama-bench $p"
+  $L/llama-bench -m $M/g$p.gguf -ngl 99 -fa 1 -p 1,2,4,8,16,32,512 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
+  log "llama-batched-bench $p"
+  $L/llama-batched-bench -m $M/g$p.gguf -ngl 99 -fa on -c 24576 -npp 512 -ntg 128 -npl 1,2,4,8,16,32 \
+    2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
   ;;
 esac
 log "$step done"

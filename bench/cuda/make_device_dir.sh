@@ -9,7 +9,9 @@
 #                      bundle), pruned of models, docs and other backends to fit a call's 64 MiB
 # The tests' reference data travels with the tree (tests/data) and the build writes the test
 # models, so nothing of the development reference folder is carried.
-# Usage: bash bench/cuda/make_device_dir.sh [deps|trace|llama|all] (default all).
+#   .device/llbin.tar.xz  llama.cpp's CUDA binaries built here ('llama-bin' only, not in 'all':
+#                      about an hour on two cores; bench/server/device_build.sh unpacks them)
+# Usage: bash bench/cuda/make_device_dir.sh [deps|trace|llama|llama-bin|all] (default all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -58,5 +60,21 @@ if [ "$what" = all ] || [ "$what" = llama ]; then
     rm -rf $L/ggml/src/ggml-$b
   done
   du -sh $L
+fi
+if [ "$what" = llama-bin ]; then
+  # llama.cpp's CUDA binaries (llama-bench, llama-batched-bench, llama-server) built here for
+  # sm_90 against the driver stub (this machine has no GPU), stripped and packed under 64 MiB:
+  # saves the ~7 minutes their build takes on the GPU machine. REF: a clone of the bundle above.
+  REF=${REF:-/work/ref/llama.cpp}
+  mkdir -p /tmp/cudastub && ln -sf /usr/local/cuda/lib64/stubs/libcuda.so /tmp/cudastub/libcuda.so.1
+  cmake -S "$REF" -B "$REF/build-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,/tmp/cudastub \
+    -DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,/tmp/cudastub >/dev/null
+  cmake --build "$REF/build-cuda" -j"$(nproc)" --target llama-bench llama-batched-bench llama-server
+  rm -rf /tmp/llbin && mkdir -p /tmp/llbin && cp -a "$REF/build-cuda/bin/." /tmp/llbin/
+  strip --strip-unneeded /tmp/llbin/*.so.*.* 2>/dev/null || true
+  tar cf - -C /tmp llbin | xz -9 -T"$(nproc)" > .device/llbin.tar.xz
+  du -sh .device/llbin.tar.xz
 fi
 echo "carry: .device/deps (+ .device/trace for traces, .device/llama.cpp for 'all')"

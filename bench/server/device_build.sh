@@ -1,8 +1,15 @@
-# Sourced by the bench/server/h200_*.sh scripts (after `log` is defined, with $OUT set): starts
-# llama-server's CUDA build in the background when .device/llama.cpp is carried and WITH_LLAMA is
-# not 0 (llama_pid: wait for it before using /tmp/llama-build/bin/llama-server), and builds gem
+# Sourced by the bench/server/h200_*.sh scripts (after `log` is defined, with $OUT set): unpacks
+# llama.cpp's binaries when .device/llbin.tar.xz is carried, else starts llama-server's CUDA
+# build in the background when .device/llama.cpp is carried (either unless WITH_LLAMA is 0;
+# llama_pid: wait for it before using /tmp/llama-build/bin/llama-server), and builds gem
 # with CUDA into build-dev unless GEM names a gem built already (bench/cuda/h200_batched.sh).
-if [ -d .device/llama.cpp ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
+if [ -f .device/llbin.tar.xz ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
+  # Binaries built on the development machine (bench/cuda/make_device_dir.sh llama-bin).
+  (mkdir -p /tmp/llama-build && tar xJf .device/llbin.tar.xz -C /tmp/llama-build &&
+   rm -rf /tmp/llama-build/bin && mv /tmp/llama-build/llbin /tmp/llama-build/bin) &
+  llama_pid=$!
+  export LD_LIBRARY_PATH=/tmp/llama-build/bin:${LD_LIBRARY_PATH:-}
+elif [ -d .device/llama.cpp ] && [ "${WITH_LLAMA:-1}" = 1 ]; then
   (cmake -S .device/llama.cpp -B /tmp/llama-build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
      -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cfg.log 2>&1 &&

@@ -63,9 +63,9 @@ Choice choose(const DevMatrix& w, int n, bool gated) {
   return {MatmulNKernel::kMma, n > 16 ? kMmaFormNear : 0};
 }
 
-// Runs `k` over the tokens in groups of at most the kernel's largest n.
-void run(MatmulNKernel k, int split, const mmn::NArgs& a, cudaStream_t s) {
-  const int group = k == MatmulNKernel::kDp4a ? mmn::kDp4aMaxN : mmn::kMmaMaxN;
+// Calls launch(g) for the tokens in groups of at most `group` (g: the group's arguments).
+template <typename F>
+void in_groups(const mmn::NArgs& a, int group, F&& launch_group) {
   const int n = a.n;
   const int64_t cols = a.cols;
   for (int t0 = 0; t0 < n; t0 += group) {
@@ -75,11 +75,16 @@ void run(MatmulNKernel k, int split, const mmn::NArgs& a, cudaStream_t s) {
     if (a.xq.q) g.xq.q = a.xq.q + t0 * cols;
     if (a.xq.ds) g.xq.ds = a.xq.ds + t0 * cols / 32;
     g.y = a.y + t0 * a.rows;
-    if (k == MatmulNKernel::kDp4a) {
-      mmn::launch_dp4a(g, s);
-    } else {
-      mmn::launch_mma(g, split, s);
-    }
+    launch_group(g);
+  }
+}
+
+// Runs `k` over the tokens in groups of at most the kernel's largest n.
+void run(MatmulNKernel k, int split, const mmn::NArgs& a, cudaStream_t s) {
+  if (k == MatmulNKernel::kDp4a) {
+    in_groups(a, mmn::kDp4aMaxN, [&](const mmn::NArgs& g) { mmn::launch_dp4a(g, s); });
+  } else {
+    in_groups(a, mmn::kMmaMaxN, [&](const mmn::NArgs& g) { mmn::launch_mma(g, split, s); });
   }
 }
 
@@ -191,12 +196,24 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
 
 namespace {
 
-// The rows pass's dp4a form: as choose() up to 2 rows, four rows a warp from 3. (Eight rows a
-// warp measured slower at 8 rows on the 12B's matrices — 120 to 512 blocks for 3840 to 8192
-// rows: down 673 GB/s, qkv 816, attn_out 439-561 — bench/results/matmul_n.md.)
+// The rows pass's dp4a form (where the tensor-core form does not apply): as choose() up to 2
+// rows, four rows a warp from 3. (Eight rows a warp measured slower at 8 rows on the 12B's
+// matrices — 120 to 512 blocks for 3840 to 8192 rows: down 673 GB/s, qkv 816, attn_out
+// 439-561 — bench/results/matmul_n.md.)
 int rows_form(const DevMatrix& w, int n, bool gated) {
   if (n <= 2) return !gated && w.type == WType::kQ4_0 && w.rows >= kDp4aWideMinRows ? 1 : 0;
   return 1;
+}
+
+// The rows pass's Q4_0/Q8_0 products: the tensor-core form (matmul_rows_mma.cu) where its shape
+// and alignment rules hold, else dp4a; both are matvec's arithmetic.
+void run_rows(mmn::NArgs a, const DevMatrix& w, bool gated, cudaStream_t s) {
+  if (mmn::rows_mma_supports(a)) {
+    in_groups(a, mmn::kRowsMmaMaxN, [&](const mmn::NArgs& g) { mmn::launch_rows_mma(g, s); });
+    return;
+  }
+  a.form = rows_form(w, std::min(a.n, mmn::kDp4aMaxN), gated);
+  run(MatmulNKernel::kDp4a, 0, a, s);
 }
 
 }  // namespace
@@ -207,9 +224,7 @@ void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, 
     matvec(w, x, xq, n, y, cap, s, t);  // the decode kernel (over n tokens for Q6_K and F32)
     return;
   }
-  mmn::NArgs a = args_of(w, nullptr, x, xq, n, y, cap, t);
-  a.form = rows_form(w, std::min(n, mmn::kDp4aMaxN), false);
-  run(MatmulNKernel::kDp4a, 0, a, s);
+  run_rows(args_of(w, nullptr, x, xq, n, y, cap, t), w, false, s);
 }
 
 void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
@@ -221,9 +236,7 @@ void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int
     matvec_gated(gate, up, xq, 1, g, s, t);
     return;
   }
-  mmn::NArgs a = args_of(gate, &up, nullptr, xq, n, g, 0.0f, t);
-  a.form = rows_form(gate, std::min(n, mmn::kDp4aMaxN), true);
-  run(MatmulNKernel::kDp4a, 0, a, s);
+  run_rows(args_of(gate, &up, nullptr, xq, n, g, 0.0f, t), gate, true, s);
 }
 
 bool matmul_n_reads_q8(const DevMatrix& w, int n, bool gated) {

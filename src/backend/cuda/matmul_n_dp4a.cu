@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/matmul_n_parts.cuh"
 
@@ -49,11 +50,9 @@ __device__ __forceinline__ void unpack(const WBlock& w, int (&v)[8]) {
   }
 }
 
-// matvec's block term: d_w·(d_x·Σ q_w·q_x) for Q8_0, d_w·(d_x·Σ nib·q_x − 8·d_x·Σq_x) for Q4_0
-// (ds = (d_x, d_x·Σq_x)); two independent dp4a chains, integer sums exact.
-template <bool kQ8>
-__device__ __forceinline__ float block_term(const int (&v)[8], float dw, int4 x0, int4 x1,
-                                            float2 ds) {
+// The block's exact integer sum Σ q_w·q_x (Q4_0: raw nibbles), as matvec takes it: two
+// independent dp4a chains; the float term is q_block_acc's (block_terms.cuh).
+__device__ __forceinline__ int block_isum(const int (&v)[8], int4 x0, int4 x1) {
   int lo = __dp4a(v[0], x0.x, 0);
   int hi = __dp4a(v[4], x1.x, 0);
   lo = __dp4a(v[1], x0.y, lo);
@@ -62,11 +61,7 @@ __device__ __forceinline__ float block_term(const int (&v)[8], float dw, int4 x0
   hi = __dp4a(v[6], x1.z, hi);
   lo = __dp4a(v[3], x0.w, lo);
   hi = __dp4a(v[7], x1.w, hi);
-  if constexpr (kQ8) {
-    return dw * ds.x * static_cast<float>(lo + hi);
-  } else {
-    return dw * (ds.x * static_cast<float>(lo + hi) - 8.0f * ds.y);
-  }
+  return lo + hi;
 }
 
 // y[t, r] (kMats = 1) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for kRows consecutive rows per warp
@@ -145,7 +140,9 @@ __global__ void __launch_bounds__(kWarps * 32) dp4a_kernel(NArgs a) {
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[m][r][t] += block_term<kQ8>(v[m][r], d[m][r], x0, x1, s);
+          for (int r = 0; r < kRows; ++r) {
+            acc[m][r][t] = q_block_acc<kQ8>(acc[m][r][t], block_isum(v[m][r], x0, x1), d[m][r], s);
+          }
         }
       }
     }

@@ -46,6 +46,13 @@ int launch_mma_q4_0(const NArgs& a, int split, cudaStream_t s);
 int launch_mma_q8_0(const NArgs& a, int split, cudaStream_t s);
 int launch_mma_q6_k(const NArgs& a, int split, cudaStream_t s);
 
+// The rows pass's tensor-core kernel (matmul_rows_mma.cu) for 1 ≤ a.n ≤ kRowsMmaMaxN: Q4_0 or
+// Q8_0 (gated: Q4_0), cols a multiple of 256, 16-byte aligned weights, scales and q8 rows
+// (rows_mma_supports). Each token's row equals matvec's bit for bit.
+constexpr int kRowsMmaMaxN = 32;
+bool rows_mma_supports(const NArgs& a);
+void launch_rows_mma(const NArgs& a, cudaStream_t s);
+
 // Weight loads: weight_loads.cuh (weight_policy, ld_w128/32/16), found from this namespace.
 
 }  // namespace gem::cuda::mmn

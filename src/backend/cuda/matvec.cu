@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/weight_loads.cuh"
@@ -49,11 +50,10 @@ __device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b, u
   return w;
 }
 
-// Σ over one 32-weight block of (quant value)·xq, for Q4_0 (nibble − 8 folded in by the caller
-// through ds.y) or Q8_0; then scaled: d_w·(d_x·Σ) (Q8_0) or d_w·(d_x·Σ − 8·d_x·Σx) (Q4_0).
+// Σ over one 32-weight block of (quant value)·xq, exact: Q4_0 raw nibbles (the −8 comes in through
+// ds.y in q_block_acc) or Q8_0 values.
 template <bool kQ8>
-__device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int4 x0, int4 x1,
-                                             float2 ds) {
+__device__ __forceinline__ int wblock_isum(const WBlock<kQ8>& w, int4 x0, int4 x1) {
   // Two independent chains of four (halves the dependent latency; integer sums are exact).
   int lo, hi;
   if constexpr (kQ8) {
@@ -65,7 +65,6 @@ __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int
     hi = __dp4a(w.hi.z, x1.z, hi);
     lo = __dp4a(w.lo.w, x0.w, lo);
     hi = __dp4a(w.hi.w, x1.w, hi);
-    return dw * ds.x * static_cast<float>(lo + hi);
   } else {
     const int m = 0x0F0F0F0F;
     lo = __dp4a(w.lo.x & m, x0.x, 0);
@@ -76,8 +75,8 @@ __device__ __forceinline__ float wblock_term(const WBlock<kQ8>& w, float dw, int
     hi = __dp4a((w.lo.z >> 4) & m, x1.z, hi);
     lo = __dp4a(w.lo.w & m, x0.w, lo);
     hi = __dp4a((w.lo.w >> 4) & m, x1.w, hi);
-    return dw * (ds.x * static_cast<float>(lo + hi) - 8.0f * ds.y);
   }
+  return lo + hi;
 }
 
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
@@ -145,7 +144,8 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            acc[m][r] += wblock_term<kQ8>(w[u][m][r], __half2float(dw[u][m][r]), x0[u], x1[u], s[u]);
+            acc[m][r] = q_block_acc<kQ8>(acc[m][r], wblock_isum<kQ8>(w[u][m][r], x0[u], x1[u]),
+                                         __half2float(dw[u][m][r]), s[u]);
           }
         }
       }
@@ -217,36 +217,53 @@ __global__ void __launch_bounds__(kQWarps * 32)
   }
 }
 
-// One warp per row, f32 activations: F32 or Q6_K weights (the test models' and the Q6_K head).
-__global__ void matvec_f_kernel(DevMatrix w, const float* x, float* y, float cap) {
+// One warp per row and up to kN tokens of f32 activations (tokens from blockIdx.y·kN): F32 or Q6_K
+// weights (the test models' and the Q6_K head). Each weight is decoded once and applied to every
+// token; each token's value is what kN = 1 (decode) gives: the same per-lane terms in the same
+// order, the same warp sum.
+template <int kN>
+__global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, float cap) {
   pdl_trigger();
   pdl_wait();
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (row >= w.rows) return;
-  const int t = blockIdx.y;
+  const int t0 = blockIdx.y * kN;
   const int64_t cols = w.cols;
-  const float* xr = x + t * cols;
-  float acc = 0.0f;
+  int64_t xoff[kN];  // token t0 + t's row (tokens past n read the last one and are not stored)
+#pragma unroll
+  for (int t = 0; t < kN; ++t) xoff[t] = static_cast<int64_t>(t0 + t < n ? t0 + t : n - 1) * cols;
+  float acc[kN] = {};
   if (w.type == WType::kQ6_K) {
     const int64_t nsb = cols / 256;
     const uint8_t* base = w.raw + row * nsb * 210;
     for (int64_t sbi = 0; sbi < nsb; ++sbi) {
       const uint8_t* sb = base + sbi * 210;
-      float part = 0.0f;
+      float part[kN] = {};
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const int j = lane + 32 * k;
-        part += q6k_value_mv(sb, j) * xr[sbi * 256 + j];
+        const int64_t j = lane + 32 * k;
+        const float v = q6k_value_mv(sb, static_cast<int>(j));
+#pragma unroll
+        for (int t = 0; t < kN; ++t) part[t] = f_acc(part[t], v, x[xoff[t] + sbi * 256 + j]);
       }
-      acc += part * __half2float(*reinterpret_cast<const __half*>(sb + 208));
+      const float d = __half2float(*reinterpret_cast<const __half*>(sb + 208));
+#pragma unroll
+      for (int t = 0; t < kN; ++t) acc[t] = f_acc(acc[t], part[t], d);
     }
   } else {
     const float* wr = reinterpret_cast<const float*>(w.raw) + row * cols;
-    for (int64_t c = lane; c < cols; c += 32) acc += wr[c] * xr[c];
+    for (int64_t c = lane; c < cols; c += 32) {
+      const float v = wr[c];
+#pragma unroll
+      for (int t = 0; t < kN; ++t) acc[t] = f_acc(acc[t], v, x[xoff[t] + c]);
+    }
   }
-  acc = warp_sum(acc);
-  if (lane == 0) y[t * w.rows + row] = cap > 0.0f ? cap * tanhf(acc / cap) : acc;
+#pragma unroll
+  for (int t = 0; t < kN; ++t) {
+    const float v = warp_sum(acc[t]);
+    if (lane == 0 && t0 + t < n) y[(t0 + t) * w.rows + row] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+  }
 }
 
 // One thread per 32-weight block of rows [r0, r0+nr).
@@ -329,8 +346,17 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
       go(matvec_q_kernel<true, kRows, 2>);
     }
   } else {
-    const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), n);
-    launch(matvec_f_kernel, grid, kWarps * 32, 0, s, w, x, y, cap);
+    // Decode: one token; several (the rows pass, the F32 test models' prompts): 8 or 16 tokens
+    // a warp, so the weights (the Q6_K head: 826 MB on the 12B) are read once per group.
+    const int per = n == 1 ? 1 : (n <= 8 ? 8 : 16);
+    const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), (n + per - 1) / per);
+    if (per == 1) {
+      launch(matvec_f_kernel<1>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
+    } else if (per == 8) {
+      launch(matvec_f_kernel<8>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
+    } else {
+      launch(matvec_f_kernel<16>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
+    }
   }
   GEM_CUDA_LAUNCHED();
 }
