@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -41,23 +42,23 @@ struct Layout {
   static constexpr int kWdStride = 80;                    // one row's 32 scales (64 B), padded
   static constexpr int kXqStride = kChunk * 32 + 16;      // one token's chunk of q8
   static constexpr int kXdStride = kChunk * 8 + 16;       // one token's 32 (d, d·Σq)
-  template <int kMats, int kNT>
+  template <int kMats, int kNT, int kMT>
   static constexpr int stage_bytes() {
-    return kMats * 16 * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
+    return kMats * 16 * kMT * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
   }
   // The reduction's [warp][mat][row 16][token] sums, apart from the pipeline.
-  template <int kMats, int kNT>
+  template <int kMats, int kNT, int kMT>
   static constexpr int red_bytes() {
-    return kWarps * kMats * 16 * kNT * 8 * 4;
+    return kWarps * kMats * 16 * kMT * kNT * 8 * 4;
   }
   // Four stages where they fit beside the reduction in 220 KB, else three.
-  template <int kMats, int kNT>
+  template <int kMats, int kNT, int kMT>
   static constexpr int stages() {
-    return 4 * stage_bytes<kMats, kNT>() + red_bytes<kMats, kNT>() <= 220 * 1024 ? 4 : 3;
+    return 4 * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT>() <= 220 * 1024 ? 4 : 3;
   }
-  template <int kMats, int kNT>
+  template <int kMats, int kNT, int kMT>
   static constexpr int smem_bytes() {
-    return stages<kMats, kNT>() * stage_bytes<kMats, kNT>() + red_bytes<kMats, kNT>();
+    return stages<kMats, kNT, kMT>() * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT>();
   }
 };
 
@@ -90,33 +91,36 @@ __device__ __forceinline__ void mma_block(const uint32_t (&a)[4], uint32_t b0, u
 }
 
 // y[t, r] (kMats = 1, soft-capped when cap > 0) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for the
-// a.n ≤ 8·kNT tokens, over the 16-row tiles blockIdx.x, blockIdx.x + gridDim.x, ...
-template <bool kQ8, int kMats, int kNT>
-__global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows_mma_kernel(NArgs a) {
+// a.n ≤ 8·kNT tokens, over the tiles of kR = 16·kMT rows blockIdx.x, blockIdx.x + gridDim.x, ...
+// (each warp's mma covers kMT 16-row halves of the tile).
+template <bool kQ8, int kMats, int kNT, int kMT>
+__global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 && kMT == 1 ? 2 : 1)
+    rows_mma_kernel(NArgs a) {
   using L = Layout<kQ8>;
-  constexpr int kStage = L::template stage_bytes<kMats, kNT>();
-  constexpr int kStages = L::template stages<kMats, kNT>();
+  constexpr int kStage = L::template stage_bytes<kMats, kNT, kMT>();
+  constexpr int kStages = L::template stages<kMats, kNT, kMT>();
   constexpr int kT = kNT * 8;
+  constexpr int kR = 16 * kMT;
   extern __shared__ __align__(16) unsigned char smem[];
   pdl_trigger();
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
   const int cols = a.cols, nb = cols / 32, n = a.n;
   const int n_chunks = (nb + kChunk - 1) / kChunk;
   const int64_t row_bytes = static_cast<int64_t>(nb) * L::kQB;
-  const int n_tiles = static_cast<int>((a.rows + 15) / 16);
+  const int n_tiles = static_cast<int>((a.rows + kR - 1) / kR);
   const int my_tiles = (n_tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
   const int total = my_tiles * n_chunks;  // this CTA's (tile, chunk) steps, in order
   auto row0_of = [&](int it) {
-    return static_cast<int64_t>(blockIdx.x + (it / n_chunks) * gridDim.x) * 16;
+    return static_cast<int64_t>(blockIdx.x + (it / n_chunks) * gridDim.x) * kR;
   };
 
-  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * 16 * L::kWqStride; };
+  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * kR * L::kWqStride; };
   auto wd_of = [&](int st, int m) {
-    return smem + st * kStage + kMats * 16 * L::kWqStride + m * 16 * L::kWdStride;
+    return smem + st * kStage + kMats * kR * L::kWqStride + m * kR * L::kWdStride;
   };
-  auto xq_of = [&](int st) { return smem + st * kStage + kMats * 16 * (L::kWqStride + L::kWdStride); };
+  auto xq_of = [&](int st) { return smem + st * kStage + kMats * kR * (L::kWqStride + L::kWdStride); };
   auto xd_of = [&](int st) { return xq_of(st) + kT * L::kXqStride; };
-  float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [warp][mat][row 16][token]
+  float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [warp][mat][row kR][token]
 
   // Step it's weights (rows past the end load the last row, never stored) and activations.
   auto load_w = [&](int it) {
@@ -125,8 +129,8 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
     const int64_t row0 = row0_of(it);
     constexpr int kPieces = kChunk * L::kQB / 16;  // 16-byte pieces of one row's chunk
     const int pieces = nblk * L::kQB / 16;
-    for (int i = tid; i < kMats * 16 * kPieces; i += kThreads) {
-      const int m = i / (16 * kPieces), r = (i / kPieces) % 16, p = i % kPieces;
+    for (int i = tid; i < kMats * kR * kPieces; i += kThreads) {
+      const int m = i / (kR * kPieces), r = (i / kPieces) % kR, p = i % kPieces;
       if (p >= pieces) continue;
       const int64_t row = min(row0 + r, a.rows - 1);
       cp16(wq_of(st, m) + r * L::kWqStride + p * 16,
@@ -134,8 +138,8 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
                static_cast<int64_t>(ch) * kChunk * L::kQB + p * 16);
     }
     const int dpieces = nblk / 8;  // 8 scales a piece (nb is a multiple of 8)
-    for (int i = tid; i < kMats * 16 * 4; i += kThreads) {
-      const int m = i / 64, r = (i / 4) % 16, p = i % 4;
+    for (int i = tid; i < kMats * kR * 4; i += kThreads) {
+      const int m = i / (kR * 4), r = (i / 4) % kR, p = i % 4;
       if (p >= dpieces) continue;
       const int64_t row = min(row0 + r, a.rows - 1);
       cp16(wd_of(st, m) + r * L::kWdStride + p * 16,
@@ -170,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
     cp_commit();
   }
 
-  float acc[kMats][4][kNT][4] = {};
+  float acc[kMats][kMT][4][kNT][4] = {};
   for (int it = 0; it < total; ++it) {
     cp_wait<kStages - 2>();
     __syncthreads();  // step it visible to all; stage (it − 1) % kStages free to refill
@@ -185,28 +189,31 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
     for (int ci = 0; ci < 4; ++ci) {
       const int c = w + 8 * ci;
       if (ch * kChunk + c >= nb) break;  // the last chunk's missing blocks (uniform per warp)
-      uint32_t af[kMats][4];
-      float dw[kMats][2];
+      uint32_t af[kMats][kMT][4];
+      float dw[kMats][kMT][2];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        const unsigned char* wq = wq_of(st, m) + c * L::kQB + 4 * q;
-        if constexpr (kQ8) {
-          af[m][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-          af[m][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-          af[m][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
-          af[m][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
-        } else {
-          // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
-          const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-          const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-          af[m][0] = lo & 0x0F0F0F0Fu;
-          af[m][1] = hi & 0x0F0F0F0Fu;
-          af[m][2] = (lo >> 4) & 0x0F0F0F0Fu;
-          af[m][3] = (hi >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const unsigned char* wq = wq_of(st, m) + 16 * mt * L::kWqStride + c * L::kQB + 4 * q;
+          if constexpr (kQ8) {
+            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
+            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
+            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
+          } else {
+            // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
+            const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
+            const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+            af[m][mt][0] = lo & 0x0F0F0F0Fu;
+            af[m][mt][1] = hi & 0x0F0F0F0Fu;
+            af[m][mt][2] = (lo >> 4) & 0x0F0F0F0Fu;
+            af[m][mt][3] = (hi >> 4) & 0x0F0F0F0Fu;
+          }
+          const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m)) + 16 * mt * (L::kWdStride / 2);
+          dw[m][mt][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
+          dw[m][mt][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
         }
-        const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m));
-        dw[m][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
-        dw[m][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
       }
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
@@ -221,13 +228,17 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
         const float2 ds1 = xd[min(8 * j + 2 * q + 1, n - 1) * (L::kXdStride / 8) + c];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-          int cs[4];
-          mma_block<kQ8>(af[m], b0, b1, cs);
-          // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the tile.
-          acc[m][ci][j][0] = q_block_acc<kQ8>(acc[m][ci][j][0], cs[0], dw[m][0], ds0);
-          acc[m][ci][j][1] = q_block_acc<kQ8>(acc[m][ci][j][1], cs[1], dw[m][0], ds1);
-          acc[m][ci][j][2] = q_block_acc<kQ8>(acc[m][ci][j][2], cs[2], dw[m][1], ds0);
-          acc[m][ci][j][3] = q_block_acc<kQ8>(acc[m][ci][j][3], cs[3], dw[m][1], ds1);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            int cs[4];
+            mma_block<kQ8>(af[m][mt], b0, b1, cs);
+            // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the half.
+            float (&ac)[4] = acc[m][mt][ci][j];
+            ac[0] = q_block_acc<kQ8>(ac[0], cs[0], dw[m][mt][0], ds0);
+            ac[1] = q_block_acc<kQ8>(ac[1], cs[1], dw[m][mt][0], ds1);
+            ac[2] = q_block_acc<kQ8>(ac[2], cs[2], dw[m][mt][1], ds0);
+            ac[3] = q_block_acc<kQ8>(ac[3], cs[3], dw[m][mt][1], ds1);
+          }
         }
       }
     }
@@ -240,28 +251,31 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float s2 = pair_sum(pair_sum(acc[m][0][j][e], acc[m][2][j][e]),
-                                    pair_sum(acc[m][1][j][e], acc[m][3][j][e]));
-          const int r = g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-          red[((w * kMats + m) * 16 + r) * kT + t] = s2;
+        for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-          for (int ci = 0; ci < 4; ++ci) acc[m][ci][j][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) {
+            float(&v)[4][kNT][4] = acc[m][mt];
+            const float s2 = pair_sum(pair_sum(v[0][j][e], v[2][j][e]), pair_sum(v[1][j][e], v[3][j][e]));
+            const int r = 16 * mt + g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
+            red[((w * kMats + m) * kR + r) * kT + t] = s2;
+#pragma unroll
+            for (int ci = 0; ci < 4; ++ci) v[ci][j][e] = 0.0f;
+          }
         }
       }
     }
     __syncthreads();
     const int64_t row0 = row0_of(it);
-    for (int o = tid; o < 16 * n; o += kThreads) {
+    for (int o = tid; o < kR * n; o += kThreads) {
       const int r = o / n, t = o % n;
       float v[kMats];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
         float sw[8];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) sw[k] = red[((k * kMats + m) * 16 + r) * kT + t];
+        for (int k = 0; k < 8; ++k) sw[k] = red[((k * kMats + m) * kR + r) * kT + t];
         const float s3_0 = pair_sum(sw[0], sw[4]), s3_1 = pair_sum(sw[1], sw[5]);
         const float s3_2 = pair_sum(sw[2], sw[6]), s3_3 = pair_sum(sw[3], sw[7]);
         v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
@@ -280,10 +294,10 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
 }
 
 // The persistent grid: as many CTAs as fit on the device at once, at most one per tile.
-template <bool kQ8, int kMats, int kNT>
+template <bool kQ8, int kMats, int kNT, int kMT>
 void launch_instance(const NArgs& a, cudaStream_t s) {
-  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT>();
-  auto kernel = rows_mma_kernel<kQ8, kMats, kNT>;
+  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT>();
+  auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT>;
   static const int resident = [&] {
     int dev = 0, n_sm = 0, per_sm = 0;
     GEM_CUDA_CHECK(cudaGetDevice(&dev));
@@ -292,19 +306,32 @@ void launch_instance(const NArgs& a, cudaStream_t s) {
     GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
     return std::max(1, per_sm) * n_sm;
   }();
-  const int64_t tiles = (a.rows + 15) / 16;
+  const int64_t tiles = (a.rows + 16 * kMT - 1) / (16 * kMT);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident));
   launch(kernel, grid, kThreads, kSmem, s, a);
+}
+
+// EXPERIMENT (session 23, to be decided and removed): GEM_ROWS_MT=2 takes 32-row tiles at <= 8 tokens.
+int rows_mt() {
+  static const int mt = [] {
+    const char* e = std::getenv("GEM_ROWS_MT");
+    return e && e[0] == '2' ? 2 : 1;
+  }();
+  return mt;
 }
 
 template <bool kQ8, int kMats>
 void launch_nt(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
-    launch_instance<kQ8, kMats, 1>(a, s);
+    if (rows_mt() == 2) {
+      launch_instance<kQ8, kMats, 1, 2>(a, s);
+    } else {
+      launch_instance<kQ8, kMats, 1, 1>(a, s);
+    }
   } else if (a.n <= 16) {
-    launch_instance<kQ8, kMats, 2>(a, s);
+    launch_instance<kQ8, kMats, 2, 1>(a, s);
   } else {
-    launch_instance<kQ8, kMats, 4>(a, s);
+    launch_instance<kQ8, kMats, 4, 1>(a, s);
   }
 }
 
