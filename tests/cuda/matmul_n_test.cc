@@ -482,7 +482,8 @@ TEST(CudaMatmulN, HeadRowsQ8_0AndQ6_KWithSoftCap) {
 }
 
 // The rows pass's tensor-core form (matmul_rows_mma.cu) at the shapes it meets apart from the
-// widths above: a verification of 9 rows, 17 and 24 rows (partial token tiles), row counts that
+// widths above: 2 rows (dp4a), 5 (the fewest it takes), a verification of 9 rows, 17 and 24 rows
+// (partial token tiles), 33 (a group of 32 and one), row counts that
 // are no multiple of its 16-row tile, a last chunk of 8 blocks (5376 columns), Q8_0 with the
 // soft cap, and the gated pair. check_case's part (4) asserts matmul_rows ≡ matvec bit for bit.
 TEST(CudaMatmulN, RowsOnTensorCoresAtVerifyAndBatchShapes) {
@@ -490,7 +491,7 @@ TEST(CudaMatmulN, RowsOnTensorCoresAtVerifyAndBatchShapes) {
   const Matrix w(DType::kQ4_0, 1000, 5376);
   const Matrix h(DType::kQ8_0, 1001, 3840);
   const Matrix g(DType::kQ4_0, 1000, 3840), u(DType::kQ4_0, 1000, 3840);
-  for (int n : {2, 9, 17, 24, 33}) {
+  for (int n : {2, 5, 9, 17, 24, 33}) {
     check_case({w, nullptr, n, 0.0f, "Q4_0 1000x5376"});
     check_case({h, nullptr, n, 30.0f, "Q8_0 1001x3840 capped"});
     check_case({g, &u, n, 0.0f, "gate|up Q4_0 1000x3840"});

@@ -242,8 +242,6 @@ class CudaBackend final : public Backend {
   // them); eval_batch takes every slot's runs of at most kRowsRunMax rows through it (decode
   // steps, speculative verifications).
   static constexpr int kRowsRunMax = 16;
-  // eval()'s tiles of 2 to kEvalRowsMax tokens go through the rows pass (forward_cuda.cu).
-  static constexpr int kEvalRowsMax = 16;
   int rows_max_ = 0;
   bool rows_ok_ = false;  // every layer's attention takes the decode kernels (else: tile path)
   // [2·rows_max_]: the pass's rows in order, then grouped by decode bucket (the attention's).

@@ -24,9 +24,9 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
 // The products of a rows pass (batch_cuda.cu): every row y[t] equals, bit for bit, what the
 // decode step's product (matvec, matvec_gated) gives for that row alone, whatever n and the
 // other rows are — the arithmetic of decode (block_terms.cuh: q8 activations for Q4_0/Q8_0, f32
-// for Q6_K and F32). Each weight is read once per group of up to 32 rows (Q4_0/Q8_0 on the
-// tensor cores: matmul_rows_mma.cu; dp4a in groups of 8 where its shape rules fail) or 16 rows
-// (Q6_K and F32: matvec's kernel over several tokens).
+// for Q6_K and F32). Each weight is read once per group of up to 32 rows (Q4_0/Q8_0 from 5 rows
+// on the tensor cores: matmul_rows_mma.cu; up to 4 rows, or where its shape rules fail, dp4a in
+// groups of 8) or 16 rows (Q6_K and F32: matvec's kernel over several tokens).
 // matmul_rows reads both x and xq; matmul_rows_gated only xq (Q4_0 gate and up, as
 // matvec_gated).
 void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,

@@ -14,15 +14,13 @@
 //
 // Data: the weights of a chunk (16 rows × 32 blocks, and their scales) and the activations' q8
 // rows (n tokens × 32 blocks, and their ds) go global → shared by cp.async, kStages − 1 chunks in
-// flight; fragments are read from shared memory without bank conflicts (padded rows). CTAs are
-// persistent (as many as fit on the device): each runs through its 16-row tiles one after the
-// other and its pipeline runs on across them, so the loads never drain between tiles (one CTA a
-// tile measured 0.7-1.1 TB/s on the 12B's products, latency-bound).
+// flight; fragments are read from shared memory without bank conflicts (padded rows). One CTA a
+// 16-row tile: measured on the H200 (12B, 8 rows) at 0.7-1.1 TB/s for the layer products and
+// 2.1 TB/s for the Q8_0 head, latency-bound (bench/results/cuda.md, "Rows pass").
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -33,6 +31,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+constexpr int kStages = 3;
 constexpr int kChunk = 32;  // blocks per chunk: one of every class
 
 template <bool kQ8>
@@ -42,23 +41,16 @@ struct Layout {
   static constexpr int kWdStride = 80;                    // one row's 32 scales (64 B), padded
   static constexpr int kXqStride = kChunk * 32 + 16;      // one token's chunk of q8
   static constexpr int kXdStride = kChunk * 8 + 16;       // one token's 32 (d, d·Σq)
-  template <int kMats, int kNT, int kMT>
+  template <int kMats, int kNT>
   static constexpr int stage_bytes() {
-    return kMats * 16 * kMT * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
+    return kMats * 16 * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
   }
-  // The reduction's [warp][mat][row 16][token] sums, apart from the pipeline.
-  template <int kMats, int kNT, int kMT>
-  static constexpr int red_bytes() {
-    return kWarps * kMats * 16 * kMT * kNT * 8 * 4;
-  }
-  // Four stages where they fit beside the reduction in 220 KB, else three.
-  template <int kMats, int kNT, int kMT>
-  static constexpr int stages() {
-    return 4 * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT>() <= 220 * 1024 ? 4 : 3;
-  }
-  template <int kMats, int kNT, int kMT>
+  // The pipeline's stages; after the loop the same memory holds the reduction's sums.
+  template <int kMats, int kNT>
   static constexpr int smem_bytes() {
-    return stages<kMats, kNT, kMT>() * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT>();
+    constexpr int pipe = kStages * stage_bytes<kMats, kNT>();
+    constexpr int red = kWarps * kMats * 16 * kNT * 8 * 4;
+    return pipe > red ? pipe : red;
   }
 };
 
@@ -90,47 +82,36 @@ __device__ __forceinline__ void mma_block(const uint32_t (&a)[4], uint32_t b0, u
   }
 }
 
-// y[t, r] (kMats = 1, soft-capped when cap > 0) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for the
-// a.n ≤ 8·kNT tokens, over the tiles of kR = 16·kMT rows blockIdx.x, blockIdx.x + gridDim.x, ...
-// (each warp's mma covers kMT 16-row halves of the tile).
-template <bool kQ8, int kMats, int kNT, int kMT>
-__global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 && kMT == 1 ? 2 : 1)
-    rows_mma_kernel(NArgs a) {
+// y[t, r] (kMats = 1, soft-capped when cap > 0) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for the 16
+// rows of this CTA and the a.n ≤ 8·kNT tokens.
+template <bool kQ8, int kMats, int kNT>
+__global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows_mma_kernel(NArgs a) {
   using L = Layout<kQ8>;
-  constexpr int kStage = L::template stage_bytes<kMats, kNT, kMT>();
-  constexpr int kStages = L::template stages<kMats, kNT, kMT>();
+  constexpr int kStage = L::template stage_bytes<kMats, kNT>();
   constexpr int kT = kNT * 8;
-  constexpr int kR = 16 * kMT;
   extern __shared__ __align__(16) unsigned char smem[];
   pdl_trigger();
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
   const int cols = a.cols, nb = cols / 32, n = a.n;
   const int n_chunks = (nb + kChunk - 1) / kChunk;
   const int64_t row_bytes = static_cast<int64_t>(nb) * L::kQB;
-  const int n_tiles = static_cast<int>((a.rows + kR - 1) / kR);
-  const int my_tiles = (n_tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
-  const int total = my_tiles * n_chunks;  // this CTA's (tile, chunk) steps, in order
-  auto row0_of = [&](int it) {
-    return static_cast<int64_t>(blockIdx.x + (it / n_chunks) * gridDim.x) * kR;
-  };
 
-  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * kR * L::kWqStride; };
+  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * 16 * L::kWqStride; };
   auto wd_of = [&](int st, int m) {
-    return smem + st * kStage + kMats * kR * L::kWqStride + m * kR * L::kWdStride;
+    return smem + st * kStage + kMats * 16 * L::kWqStride + m * 16 * L::kWdStride;
   };
-  auto xq_of = [&](int st) { return smem + st * kStage + kMats * kR * (L::kWqStride + L::kWdStride); };
+  auto xq_of = [&](int st) { return smem + st * kStage + kMats * 16 * (L::kWqStride + L::kWdStride); };
   auto xd_of = [&](int st) { return xq_of(st) + kT * L::kXqStride; };
-  float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [warp][mat][row kR][token]
 
-  // Step it's weights (rows past the end load the last row, never stored) and activations.
-  auto load_w = [&](int it) {
-    if (it >= total) return;
-    const int st = it % kStages, ch = it % n_chunks, nblk = min(kChunk, nb - ch * kChunk);
-    const int64_t row0 = row0_of(it);
+  // Chunk ch's weights (rows past the end load the last row, never stored) and activations.
+  auto load_w = [&](int ch) {
+    if (ch >= n_chunks) return;
+    const int st = ch % kStages, nblk = min(kChunk, nb - ch * kChunk);
     constexpr int kPieces = kChunk * L::kQB / 16;  // 16-byte pieces of one row's chunk
     const int pieces = nblk * L::kQB / 16;
-    for (int i = tid; i < kMats * kR * kPieces; i += kThreads) {
-      const int m = i / (kR * kPieces), r = (i / kPieces) % kR, p = i % kPieces;
+    for (int i = tid; i < kMats * 16 * kPieces; i += kThreads) {
+      const int m = i / (16 * kPieces), r = (i / kPieces) % 16, p = i % kPieces;
       if (p >= pieces) continue;
       const int64_t row = min(row0 + r, a.rows - 1);
       cp16(wq_of(st, m) + r * L::kWqStride + p * 16,
@@ -138,17 +119,17 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 && kMT == 1 ?
                static_cast<int64_t>(ch) * kChunk * L::kQB + p * 16);
     }
     const int dpieces = nblk / 8;  // 8 scales a piece (nb is a multiple of 8)
-    for (int i = tid; i < kMats * kR * 4; i += kThreads) {
-      const int m = i / (kR * 4), r = (i / 4) % kR, p = i % 4;
+    for (int i = tid; i < kMats * 16 * 4; i += kThreads) {
+      const int m = i / 64, r = (i / 4) % 16, p = i % 4;
       if (p >= dpieces) continue;
       const int64_t row = min(row0 + r, a.rows - 1);
       cp16(wd_of(st, m) + r * L::kWdStride + p * 16,
            (m == 0 ? a.d[0] : a.d[1]) + row * nb + ch * kChunk + p * 8);
     }
   };
-  auto load_x = [&](int it) {
-    if (it >= total) return;
-    const int st = it % kStages, ch = it % n_chunks, nblk = min(kChunk, nb - ch * kChunk);
+  auto load_x = [&](int ch) {
+    if (ch >= n_chunks) return;
+    const int st = ch % kStages, nblk = min(kChunk, nb - ch * kChunk);
     const int pieces = nblk * 2;  // 32 q8 bytes a block
     for (int i = tid; i < n * 64; i += kThreads) {
       const int t = i / 64, p = i % 64;
@@ -165,8 +146,8 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 && kMT == 1 ?
     }
   };
 
-  // Prologue: the first steps' weights before pdl_wait (the previous kernel wrote only x), then
-  // their activations; group k completes step k's data.
+  // Prologue: the first chunks' weights before pdl_wait (the previous kernel wrote only x), then
+  // their activations; group k completes stage k's data.
   for (int s = 0; s < kStages - 1; ++s) load_w(s);
   pdl_wait();
   for (int s = 0; s < kStages - 1; ++s) {
@@ -174,46 +155,43 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 && kMT == 1 ?
     cp_commit();
   }
 
-  float acc[kMats][kMT][4][kNT][4] = {};
-  for (int it = 0; it < total; ++it) {
+  float acc[kMats][4][kNT][4] = {};
+  for (int ch = 0; ch < n_chunks; ++ch) {
     cp_wait<kStages - 2>();
-    __syncthreads();  // step it visible to all; stage (it − 1) % kStages free to refill
-    load_w(it + kStages - 1);
-    load_x(it + kStages - 1);
+    __syncthreads();  // chunk ch visible to all; stage (ch − 1) % kStages free to refill
+    load_w(ch + kStages - 1);
+    load_x(ch + kStages - 1);
     cp_commit();
     // The loads above diverge (loops of uneven trip counts); mma.sync is .aligned, and the
     // compiler cannot see it inside asm: the warp reconverges here (else: illegal instruction).
     __syncwarp();
-    const int st = it % kStages, ch = it % n_chunks;
+    const int st = ch % kStages;
 #pragma unroll
     for (int ci = 0; ci < 4; ++ci) {
       const int c = w + 8 * ci;
       if (ch * kChunk + c >= nb) break;  // the last chunk's missing blocks (uniform per warp)
-      uint32_t af[kMats][kMT][4];
-      float dw[kMats][kMT][2];
+      uint32_t af[kMats][4];
+      float dw[kMats][2];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          const unsigned char* wq = wq_of(st, m) + 16 * mt * L::kWqStride + c * L::kQB + 4 * q;
-          if constexpr (kQ8) {
-            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
-            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
-          } else {
-            // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
-            const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-            const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-            af[m][mt][0] = lo & 0x0F0F0F0Fu;
-            af[m][mt][1] = hi & 0x0F0F0F0Fu;
-            af[m][mt][2] = (lo >> 4) & 0x0F0F0F0Fu;
-            af[m][mt][3] = (hi >> 4) & 0x0F0F0F0Fu;
-          }
-          const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m)) + 16 * mt * (L::kWdStride / 2);
-          dw[m][mt][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
-          dw[m][mt][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
+        const unsigned char* wq = wq_of(st, m) + c * L::kQB + 4 * q;
+        if constexpr (kQ8) {
+          af[m][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
+          af[m][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+          af[m][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
+          af[m][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
+        } else {
+          // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
+          const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
+          const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+          af[m][0] = lo & 0x0F0F0F0Fu;
+          af[m][1] = hi & 0x0F0F0F0Fu;
+          af[m][2] = (lo >> 4) & 0x0F0F0F0Fu;
+          af[m][3] = (hi >> 4) & 0x0F0F0F0Fu;
         }
+        const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m));
+        dw[m][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
+        dw[m][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
       }
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
@@ -228,110 +206,81 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 && kMT == 1 ?
         const float2 ds1 = xd[min(8 * j + 2 * q + 1, n - 1) * (L::kXdStride / 8) + c];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            int cs[4];
-            mma_block<kQ8>(af[m][mt], b0, b1, cs);
-            // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the half.
-            float (&ac)[4] = acc[m][mt][ci][j];
-            ac[0] = q_block_acc<kQ8>(ac[0], cs[0], dw[m][mt][0], ds0);
-            ac[1] = q_block_acc<kQ8>(ac[1], cs[1], dw[m][mt][0], ds1);
-            ac[2] = q_block_acc<kQ8>(ac[2], cs[2], dw[m][mt][1], ds0);
-            ac[3] = q_block_acc<kQ8>(ac[3], cs[3], dw[m][mt][1], ds1);
-          }
+          int cs[4];
+          mma_block<kQ8>(af[m], b0, b1, cs);
+          // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the tile.
+          acc[m][ci][j][0] = q_block_acc<kQ8>(acc[m][ci][j][0], cs[0], dw[m][0], ds0);
+          acc[m][ci][j][1] = q_block_acc<kQ8>(acc[m][ci][j][1], cs[1], dw[m][0], ds1);
+          acc[m][ci][j][2] = q_block_acc<kQ8>(acc[m][ci][j][2], cs[2], dw[m][1], ds0);
+          acc[m][ci][j][3] = q_block_acc<kQ8>(acc[m][ci][j][3], cs[3], dw[m][1], ds1);
         }
       }
-    }
-    if (ch != n_chunks - 1) continue;
-
-    // The tile is done. warp_sum's butterfly: levels 16 and 8 pair this warp's classes (w with
-    // w + 16, w + 8 with w + 24, then the two), levels 4, 2, 1 pair the warps' sums (w with
-    // w + 4, then w + 2, w + 1). (The previous tile's reads of `red` ended before this step's
-    // __syncthreads.)
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float(&v)[4][kNT][4] = acc[m][mt];
-            const float s2 = pair_sum(pair_sum(v[0][j][e], v[2][j][e]), pair_sum(v[1][j][e], v[3][j][e]));
-            const int r = 16 * mt + g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-            red[((w * kMats + m) * kR + r) * kT + t] = s2;
-#pragma unroll
-            for (int ci = 0; ci < 4; ++ci) v[ci][j][e] = 0.0f;
-          }
-        }
-      }
-    }
-    __syncthreads();
-    const int64_t row0 = row0_of(it);
-    for (int o = tid; o < kR * n; o += kThreads) {
-      const int r = o / n, t = o % n;
-      float v[kMats];
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        float sw[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) sw[k] = red[((k * kMats + m) * kR + r) * kT + t];
-        const float s3_0 = pair_sum(sw[0], sw[4]), s3_1 = pair_sum(sw[1], sw[5]);
-        const float s3_2 = pair_sum(sw[2], sw[6]), s3_3 = pair_sum(sw[3], sw[7]);
-        v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
-      }
-      if (row0 + r >= a.rows) continue;
-      float out;
-      if constexpr (kMats == 2) {
-        out = gelu_tanh(v[0]) * v[1];
-      } else {
-        out = a.cap > 0.0f ? a.cap * tanhf(v[0] / a.cap) : v[0];
-      }
-      a.y[static_cast<int64_t>(t) * a.rows + row0 + r] = out;
     }
   }
   cp_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the reduction's
+
+  // warp_sum's butterfly: levels 16 and 8 pair this warp's classes (w with w + 16, w + 8 with
+  // w + 24, then the two), levels 4, 2, 1 pair the warps' sums (w with w + 4, then w + 2, w + 1).
+  float* red = reinterpret_cast<float*>(smem);  // [warp][mat][row 16][token kT]
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float s2 = pair_sum(pair_sum(acc[m][0][j][e], acc[m][2][j][e]),
+                                  pair_sum(acc[m][1][j][e], acc[m][3][j][e]));
+        const int r = g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
+        red[((w * kMats + m) * 16 + r) * kT + t] = s2;
+      }
+    }
+  }
+  __syncthreads();
+  for (int o = tid; o < 16 * n; o += kThreads) {
+    const int r = o / n, t = o % n;
+    float v[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      float s[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[k] = red[((k * kMats + m) * 16 + r) * kT + t];
+      const float s3_0 = pair_sum(s[0], s[4]), s3_1 = pair_sum(s[1], s[5]);
+      const float s3_2 = pair_sum(s[2], s[6]), s3_3 = pair_sum(s[3], s[7]);
+      v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
+    }
+    if (row0 + r >= a.rows) continue;
+    float out;
+    if constexpr (kMats == 2) {
+      out = gelu_tanh(v[0]) * v[1];
+    } else {
+      out = a.cap > 0.0f ? a.cap * tanhf(v[0] / a.cap) : v[0];
+    }
+    a.y[static_cast<int64_t>(t) * a.rows + row0 + r] = out;
+  }
 }
 
-// The persistent grid: as many CTAs as fit on the device at once, at most one per tile.
-template <bool kQ8, int kMats, int kNT, int kMT>
+template <bool kQ8, int kMats, int kNT>
 void launch_instance(const NArgs& a, cudaStream_t s) {
-  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT>();
-  auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT>;
-  static const int resident = [&] {
-    int dev = 0, n_sm = 0, per_sm = 0;
-    GEM_CUDA_CHECK(cudaGetDevice(&dev));
-    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT>();
+  auto kernel = rows_mma_kernel<kQ8, kMats, kNT>;
+  static const bool configured = [&] {
     GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
-    return std::max(1, per_sm) * n_sm;
+    return true;
   }();
-  const int64_t tiles = (a.rows + 16 * kMT - 1) / (16 * kMT);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident));
+  (void)configured;
+  const unsigned grid = static_cast<unsigned>((a.rows + 15) / 16);
   launch(kernel, grid, kThreads, kSmem, s, a);
-}
-
-// EXPERIMENT (session 23, to be decided and removed): GEM_ROWS_MT=2 takes 32-row tiles at <= 8 tokens.
-int rows_mt() {
-  static const int mt = [] {
-    const char* e = std::getenv("GEM_ROWS_MT");
-    return e && e[0] == '2' ? 2 : 1;
-  }();
-  return mt;
 }
 
 template <bool kQ8, int kMats>
 void launch_nt(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
-    if (rows_mt() == 2) {
-      launch_instance<kQ8, kMats, 1, 2>(a, s);
-    } else {
-      launch_instance<kQ8, kMats, 1, 1>(a, s);
-    }
+    launch_instance<kQ8, kMats, 1>(a, s);
   } else if (a.n <= 16) {
-    launch_instance<kQ8, kMats, 2, 1>(a, s);
+    launch_instance<kQ8, kMats, 2>(a, s);
   } else {
-    launch_instance<kQ8, kMats, 4, 1>(a, s);
+    launch_instance<kQ8, kMats, 4>(a, s);
   }
 }
 
