@@ -205,9 +205,10 @@ int rows_form(const DevMatrix& w, int n, bool gated) {
   return 1;
 }
 
-// Rows passes of up to this many rows take dp4a: measured on the H200 (12B, one CTA a tile) at
-// 2 and 4 rows, batched decode S_TG 510 / 739 tok/s with dp4a against 315 / 580 with the
-// tensor-core form, whose cost hardly falls below 8 rows.
+// Rows passes of up to this many rows take dp4a: on the H200 (12B, bench/RESULTS.md runs 20 and
+// 22) batched decode at 2 and 4 sequences ran at S_TG 510 / 739 tok/s with dp4a against 315 / 580
+// with the tensor-core form, whose step costs nearly what 8 rows cost; from 8 rows the
+// tensor-core form leads (994 against 843).
 constexpr int kRowsDp4aMaxN = 4;
 
 // The rows pass's Q4_0/Q8_0 products: the tensor-core form (matmul_rows_mma.cu) from
