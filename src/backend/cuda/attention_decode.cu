@@ -36,17 +36,6 @@ constexpr int kDecTileBytes = 8192;
 constexpr int kDecStages = 3;  // two tiles in flight while the third is used: 48 KB per block
 constexpr int kDecGroup = 4;  // keys whose dot products are reduced together
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // kPL consecutive elements of a shared-memory row, from element lane·kPL, as floats.
 template <typename T, int kPL>

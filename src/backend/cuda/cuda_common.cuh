@@ -42,6 +42,20 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Asynchronous 16-byte copies global → shared (cp.async.cg: through L2, so after pdl_wait they
+// see the previous kernel's writes), their commit groups, and the wait for all but N groups.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // Whether launches of this thread carry the PDL attribute (on until set_pdl says otherwise):
 // the backend sets it per tile from CudaTuning::pdl.
 bool pdl_enabled();

@@ -201,18 +201,16 @@ __device__ __forceinline__ void x_async(const float* x, int n, int cols, int c, 
       const int e = tid + kWarps * 32 * k, t = e >> 5, slot = e & 31;
       if (t < n) {
         // cp.async reads through L2 after pdl_wait: coherent with the previous kernel's writes.
-        const float* src = x + static_cast<int64_t>(t) * cols + kChunk * c + 4 * slot;
-        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(stage + 4 * e));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+        cp_async16(stage + 4 * e, x + static_cast<int64_t>(t) * cols + kChunk * c + 4 * slot);
       }
     }
   }
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  cp_async_commit();
 }
 // Waits until at most kPending of this thread's copy groups are in flight, then converts.
 template <int kNT, int kPending>
 __device__ __forceinline__ void x_convert(const float* stage, int n, int tid, __half* xs) {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+  cp_async_wait<kPending>();
 #pragma unroll
   for (int k = 0; k < 2 * kNT; ++k) {
     const int e = tid + kWarps * 32 * k, t = e >> 5, slot = e & 31;

@@ -54,16 +54,6 @@ struct Layout {
   }
 };
 
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 // The block's integer sums for 16 rows × 8 tokens: a = the rows' quants (Q4_0: raw nibbles,
 // unsigned), b = the tokens' q8 values.
 template <bool kQ8>
@@ -114,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
       const int m = i / (16 * kPieces), r = (i / kPieces) % 16, p = i % kPieces;
       if (p >= pieces) continue;
       const int64_t row = min(row0 + r, a.rows - 1);
-      cp16(wq_of(st, m) + r * L::kWqStride + p * 16,
+      cp_async16(wq_of(st, m) + r * L::kWqStride + p * 16,
            (m == 0 ? a.q[0] : a.q[1]) + row * row_bytes +
                static_cast<int64_t>(ch) * kChunk * L::kQB + p * 16);
     }
@@ -123,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
       const int m = i / 64, r = (i / 4) % 16, p = i % 4;
       if (p >= dpieces) continue;
       const int64_t row = min(row0 + r, a.rows - 1);
-      cp16(wd_of(st, m) + r * L::kWdStride + p * 16,
+      cp_async16(wd_of(st, m) + r * L::kWdStride + p * 16,
            (m == 0 ? a.d[0] : a.d[1]) + row * nb + ch * kChunk + p * 8);
     }
   };
@@ -134,14 +124,14 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
     for (int i = tid; i < n * 64; i += kThreads) {
       const int t = i / 64, p = i % 64;
       if (p >= pieces) continue;
-      cp16(xq_of(st) + t * L::kXqStride + p * 16,
+      cp_async16(xq_of(st) + t * L::kXqStride + p * 16,
            a.xq.q + static_cast<int64_t>(t) * cols + static_cast<int64_t>(ch) * kChunk * 32 + p * 16);
     }
     const int dpieces = nblk / 2;  // two float2 a piece
     for (int i = tid; i < n * 16; i += kThreads) {
       const int t = i / 16, p = i % 16;
       if (p >= dpieces) continue;
-      cp16(xd_of(st) + t * L::kXdStride + p * 16,
+      cp_async16(xd_of(st) + t * L::kXdStride + p * 16,
            a.xq.ds + static_cast<int64_t>(t) * nb + ch * kChunk + p * 2);
     }
   };
@@ -152,16 +142,16 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
   pdl_wait();
   for (int s = 0; s < kStages - 1; ++s) {
     load_x(s);
-    cp_commit();
+    cp_async_commit();
   }
 
   float acc[kMats][4][kNT][4] = {};
   for (int ch = 0; ch < n_chunks; ++ch) {
-    cp_wait<kStages - 2>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk ch visible to all; stage (ch − 1) % kStages free to refill
     load_w(ch + kStages - 1);
     load_x(ch + kStages - 1);
-    cp_commit();
+    cp_async_commit();
     // The loads above diverge (loops of uneven trip counts); mma.sync is .aligned, and the
     // compiler cannot see it inside asm: the warp reconverges here (else: illegal instruction).
     __syncwarp();
@@ -217,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows
       }
     }
   }
-  cp_wait<0>();
+  cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the reduction's
 
   // warp_sum's butterfly: levels 16 and 8 pair this warp's classes (w with w + 16, w + 8 with
