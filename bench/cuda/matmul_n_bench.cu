@@ -9,7 +9,9 @@
 // reads from HBM (≥ 512 MB per sweep, L2 is 50 MB). Our kernels are timed as a CUDA graph of
 // back-to-back launches (PDL on, as in the forward), the cuBLAS path as eager launches; median
 // of 7 replays.
-// Usage: gem_matmul_n_bench [--quick] [--n 1,2,4] [--only NAME] [--csv FILE]
+// The rows pass's products (matmul_rows_variant: the production rule, and the tensor-core kernel
+// at every n) are timed beside them; --rows times only those and the matvec baseline.
+// Usage: gem_matmul_n_bench [--quick] [--rows] [--n 1,2,4] [--only NAME] [--csv FILE]
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -223,12 +225,16 @@ double copy_bandwidth(Bench& b) {
 int run(int argc, char** argv) {
   std::vector<int> ns = {1, 2, 4, 8, 16, 32};
   bool quick = false;
+  bool rows_only = false;  // only the matvec baseline and the rows pass's products
   std::string only;
   const char* csv_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--rows") {
+      rows_only = true;
+
     } else if (a == "--n" && i + 1 < argc) {
       ns = parse_list(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
@@ -236,7 +242,7 @@ int run(int argc, char** argv) {
     } else if (a == "--csv" && i + 1 < argc) {
       csv_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: gem_matmul_n_bench [--quick] [--n 1,2,4] [--only NAME] [--csv FILE]\n");
+      std::fprintf(stderr, "usage: gem_matmul_n_bench [--quick] [--rows] [--n 1,2,4] [--only NAME] [--csv FILE]\n");
       return 2;
     }
   }
@@ -318,10 +324,10 @@ int run(int argc, char** argv) {
                            n, y, 0.0f, b.s);
         }, true);
       };
-      report("auto", 0, variant(MatmulNKernel::kAuto, 0, 0));
+      if (!rows_only) report("auto", 0, variant(MatmulNKernel::kAuto, 0, 0));
       static const char* kDp4aNames[] = {"dp4a", "dp4a_f1"};
       static const char* kMmaNames[] = {"mma", "mma_near"};  // x three / one chunk ahead
-      const bool sweep = n <= 32;  // above, only the automatic choice against the tile path
+      const bool sweep = n <= 32 && !rows_only;  // above, only the automatic choice against the tile path
       if (n >= 2 && n <= 8 && sweep && matmul_n_supports(MatmulNKernel::kDp4a, mat(0, 0))) {
         for (int f = 0; f < matmul_n_forms(MatmulNKernel::kDp4a); ++f) {
           report(kDp4aNames[f], 0, variant(MatmulNKernel::kDp4a, 0, f));
@@ -335,9 +341,21 @@ int run(int argc, char** argv) {
           for (int split : {1, 2, 4, 8, 16}) report("mma_split", split, variant(MatmulNKernel::kMma, split, 0));
         }
       }
+      // The rows pass's products (each row equal to its decode step): the production rule, and
+      // the tensor-core kernel at every n.
+      if (n >= 2 && n <= 32 && sh.type != WType::kQ6_K) {
+        for (const bool mma : {false, true}) {
+          const double us = time_us(b, [&](int k) {
+            matmul_rows_variant(mma, mat(k, 0), sh.gated ? &mat(k, 1) : nullptr, x, xq, n, y, 0.0f, b.s);
+          }, true);
+          const double keep = best;
+          report(mma ? "rows_mma" : "rows", 0, us);
+          best = keep;  // `best` is the n-token products' (free arithmetic) figure
+        }
+      }
       // The tile path: x to f16, each matrix dequantised to f16, one cuBLAS product (gate|up
       // stacked, then the GELU gating), as forward_cuda.cu's layer_prefill.
-      report("cublas", 0, time_us(b, [&](int k) {
+      if (!rows_only) report("cublas", 0, time_us(b, [&](int k) {
                to_f16(x, static_cast<int64_t>(n) * sh.cols, x16, b.s);
                for (int m = 0; m < mats; ++m) dequant_f16(mat(k, m), 0, sh.rows, w16 + m * sh.rows * sh.cols, b.s);
                const float alpha = 1.0f, beta = 0.0f;
@@ -365,7 +383,8 @@ int run(int argc, char** argv) {
     const double base = by_n.count(1) ? by_n[1]["matvec"] : 0.0;
     for (auto& [n, by_m] : by_n) {
       std::printf("%s n=%-3d", model.c_str(), n);
-      for (const char* m : {"matvec", "auto", "best", "dp4a", "mma", "mma_near", "cublas"}) {
+      for (const char* m : {"matvec", "auto", "best", "dp4a", "mma", "mma_near", "cublas", "rows",
+                            "rows_mma"}) {
         if (!by_m.count(m)) continue;
         std::printf("  %s %.3f (%.2fx)", m, by_m[m] / 1e3, base > 0 ? by_m[m] / base : 0.0);
       }

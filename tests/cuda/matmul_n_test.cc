@@ -386,25 +386,27 @@ void check_case(const Case& c, const std::vector<int>& splits = {0}) {
   EXPECT_EQ(bad, 0) << c.name << " n=" << n << " vs matvec";
 
   // (4) The rows pass's products (matmul_rows, matmul_rows_gated for Q4_0 pairs) equal matvec
-  // bit for bit, row by row, whatever n.
+  // bit for bit, row by row, whatever n: the production rule, and the tensor-core kernel at
+  // every n (where the rule takes dp4a).
   if (c.up && w.type != DType::kQ4_0) return;
   Dev<float> drows(static_cast<size_t>(n) * R);
-  drows.poison();
-  if (c.up) {
-    cuda::matmul_rows_gated(w.m, c.up->m, xq, n, drows.p, nullptr);
-  } else {
-    cuda::matmul_rows(w.m, dx.p, xq, n, drows.p, c.cap, nullptr);
-  }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> yr = drows.get();
-  int diff = 0;
-  for (size_t i = 0; i < yr.size(); ++i) {
-    if (std::memcmp(&yr[i], &mv[i], sizeof(float)) != 0 && diff++ < 5) {
-      ADD_FAILURE() << c.name << " n=" << n << " matmul_rows vs matvec: output " << i << " (token "
-                    << i / R << ", row " << i % R << "): " << yr[i] << " vs " << mv[i];
+  for (const bool mma : {false, true}) {
+    drows.poison();
+    cuda::matmul_rows_variant(mma, w.m, c.up ? &c.up->m : nullptr, dx.p, xq, n, drows.p,
+                              c.up ? 0.0f : c.cap, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> yr = drows.get();
+    const char* what = mma ? "matmul_rows (tensor cores)" : "matmul_rows";
+    int diff = 0;
+    for (size_t i = 0; i < yr.size(); ++i) {
+      if (std::memcmp(&yr[i], &mv[i], sizeof(float)) != 0 && diff++ < 5) {
+        ADD_FAILURE() << c.name << " n=" << n << " " << what << " vs matvec: output " << i
+                      << " (token " << i / R << ", row " << i % R << "): " << yr[i] << " vs "
+                      << mv[i];
+      }
     }
+    EXPECT_EQ(diff, 0) << c.name << " n=" << n << " " << what << " is not matvec bit for bit";
   }
-  EXPECT_EQ(diff, 0) << c.name << " n=" << n << " matmul_rows is not matvec bit for bit";
 }
 
 const std::vector<int> kTokens = {1, 2, 3, 4, 5, 8, 13, 16, 32};
@@ -485,7 +487,8 @@ TEST(CudaMatmulN, HeadRowsQ8_0AndQ6_KWithSoftCap) {
 // widths above: 2 rows (dp4a), 5 (the fewest it takes), a verification of 9 rows, 17 and 24 rows
 // (partial token tiles), 33 (a group of 32 and one), row counts that
 // are no multiple of its 16-row tile, a last chunk of 8 blocks (5376 columns), Q8_0 with the
-// soft cap, and the gated pair. check_case's part (4) asserts matmul_rows ≡ matvec bit for bit.
+// soft cap, and the gated pair. check_case's part (4) asserts matmul_rows ≡ matvec bit for bit,
+// by the production rule and on the tensor cores at every n.
 TEST(CudaMatmulN, RowsOnTensorCoresAtVerifyAndBatchShapes) {
   REQUIRE_GPU();
   const Matrix w(DType::kQ4_0, 1000, 5376);

@@ -229,7 +229,7 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   logits_rows_ = 0;
   logits_pending_ = false;
   batch_rows_ = 0;
-  logits_host_.assign(static_cast<size_t>(wanted) * V, 0.0f);
+  reserve_logits_host(static_cast<size_t>(wanted) * V);
   batch_dev_row_.assign(wanted, -1);
   batch_on_host_.assign(wanted, 1);
   begin_hidden(wanted);

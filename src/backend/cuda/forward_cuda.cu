@@ -564,7 +564,7 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
   const int V = cfg_.n_vocab;
   logits_rows_ = all_logits ? n_total : 1;
   batch_rows_ = 0;
-  logits_host_.assign(static_cast<size_t>(logits_rows_) * V, 0.0f);
+  reserve_logits_host(static_cast<size_t>(logits_rows_) * V);
   logits_pending_ = false;
   logits_last_dev_ = logits_dev_;
   tile_slot_ = 0;

@@ -205,17 +205,16 @@ int rows_form(const DevMatrix& w, int n, bool gated) {
   return 1;
 }
 
-// Rows passes of up to this many rows take dp4a: on the H200 (12B, bench/RESULTS.md runs 20 and
-// 22) batched decode at 2 and 4 sequences ran at S_TG 510 / 739 tok/s with dp4a against 315 / 580
-// with the tensor-core form, whose step costs nearly what 8 rows cost; from 8 rows the
-// tensor-core form leads (994 against 843).
-constexpr int kRowsDp4aMaxN = 4;
+// Rows passes of up to this many rows take dp4a, more the tensor-core kernel: measured on the H200
+// (12B, bench/RESULTS.md run 27, batched decode S_TG) at 2 rows 514 (dp4a) against 454, at 4
+// rows 799 against 866.
+constexpr int kRowsDp4aMaxN = 2;
 
-// The rows pass's Q4_0/Q8_0 products: the tensor-core form (matmul_rows_mma.cu) from
-// kRowsDp4aMaxN + 1 rows where its shape and alignment rules hold, else dp4a; both are matvec's
-// arithmetic.
-void run_rows(mmn::NArgs a, const DevMatrix& w, bool gated, cudaStream_t s) {
-  if (a.n > kRowsDp4aMaxN && mmn::rows_mma_supports(a)) {
+// The rows pass's Q4_0/Q8_0 products: the tensor-core kernel (matmul_rows_mma.cu) from
+// kRowsDp4aMaxN + 1 rows (from 2 when `mma`) where its shape and alignment rules hold, else dp4a;
+// both are matvec's arithmetic.
+void run_rows(mmn::NArgs a, const DevMatrix& w, bool gated, bool mma, cudaStream_t s) {
+  if ((mma || a.n > kRowsDp4aMaxN) && mmn::rows_mma_supports(a)) {
     in_groups(a, mmn::kRowsMmaMaxN, [&](const mmn::NArgs& g) { mmn::launch_rows_mma(g, s); });
     return;
   }
@@ -225,25 +224,32 @@ void run_rows(mmn::NArgs a, const DevMatrix& w, bool gated, cudaStream_t s) {
 
 }  // namespace
 
-void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
-                 cudaStream_t s, const CudaTuning& t) {
-  if (n == 1 || !split_type(w.type)) {
+void matmul_rows_variant(bool mma, const DevMatrix& w, const DevMatrix* up, const float* x,
+                         Q8Act xq, int n, float* y, float cap, cudaStream_t s,
+                         const CudaTuning& t) {
+  if (up) {
+    GEM_CHECK(w.type == WType::kQ4_0 && up->type == WType::kQ4_0 && up->rows == w.rows &&
+                  up->cols == w.cols,
+              "matmul_rows_gated: gate and up must be Q4_0 of one shape");
+    if (n == 1) {
+      matvec_gated(w, *up, xq, 1, y, s, t);
+      return;
+    }
+  } else if (n == 1 || !split_type(w.type)) {
     matvec(w, x, xq, n, y, cap, s, t);  // the decode kernel (over n tokens for Q6_K and F32)
     return;
   }
-  run_rows(args_of(w, nullptr, x, xq, n, y, cap, t), w, false, s);
+  run_rows(args_of(w, up, x, xq, n, y, cap, t), w, up != nullptr, mma, s);
+}
+
+void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
+                 cudaStream_t s, const CudaTuning& t) {
+  matmul_rows_variant(false, w, nullptr, x, xq, n, y, cap, s, t);
 }
 
 void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
                        cudaStream_t s, const CudaTuning& t) {
-  GEM_CHECK(gate.type == WType::kQ4_0 && up.type == WType::kQ4_0 && up.rows == gate.rows &&
-                up.cols == gate.cols,
-            "matmul_rows_gated: gate and up must be Q4_0 of one shape");
-  if (n == 1) {
-    matvec_gated(gate, up, xq, 1, g, s, t);
-    return;
-  }
-  run_rows(args_of(gate, &up, nullptr, xq, n, g, 0.0f, t), gate, true, s);
+  matmul_rows_variant(false, gate, &up, nullptr, xq, n, g, 0.0f, s, t);
 }
 
 bool matmul_n_reads_q8(const DevMatrix& w, int n, bool gated) {

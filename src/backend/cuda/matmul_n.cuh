@@ -24,9 +24,9 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
 // The products of a rows pass (batch_cuda.cu): every row y[t] equals, bit for bit, what the
 // decode step's product (matvec, matvec_gated) gives for that row alone, whatever n and the
 // other rows are — the arithmetic of decode (block_terms.cuh: q8 activations for Q4_0/Q8_0, f32
-// for Q6_K and F32). Each weight is read once per group of up to 32 rows (Q4_0/Q8_0 from 5 rows
-// on the tensor cores: matmul_rows_mma.cu; up to 4 rows, or where its shape rules fail, dp4a in
-// groups of 8) or 16 rows (Q6_K and F32: matvec's kernel over several tokens).
+// for Q6_K and F32). Each weight is read once per group of up to 32 rows (Q4_0/Q8_0 from 3 rows
+// on the tensor cores: matmul_rows_mma.cu; 2 rows, or where its shape rules fail, dp4a in groups
+// of 8) or 16 rows (Q6_K and F32: matvec's kernel over several tokens).
 // matmul_rows reads both x and xq; matmul_rows_gated only xq (Q4_0 gate and up, as
 // matvec_gated).
 void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
@@ -57,6 +57,11 @@ struct MatmulNVariant {
 int matmul_n_forms(MatmulNKernel k);
 // Whether `k` can run this product (weight type, cols).
 bool matmul_n_supports(MatmulNKernel k, const DevMatrix& w);
+// matmul_rows (up == nullptr) or matmul_rows_gated (w the gate); mma: the tensor-core kernel for
+// every n ≥ 2 where it applies (else the production rule: dp4a for the fewest rows).
+void matmul_rows_variant(bool mma, const DevMatrix& w, const DevMatrix* up, const float* x,
+                         Q8Act xq, int n, float* y, float cap, cudaStream_t s,
+                         const CudaTuning& t = kDefaultTuning);
 // matmul_n (up == nullptr) or matmul_n_gated (w the gate) on a given variant.
 void matmul_n_variant(const MatmulNVariant& v, const DevMatrix& w, const DevMatrix* up,
                       const float* x, Q8Act xq, int n, float* y, float cap, cudaStream_t s,

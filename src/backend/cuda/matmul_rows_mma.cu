@@ -7,16 +7,24 @@
 // partials in a fixed butterfly. The integer sum of one 32-weight block is exact however it is
 // computed, so one mma.sync m16n8k32 (int8, k = one block) gives it for 16 rows × 8 tokens at
 // once. This kernel keeps matvec's 32 lane partials as 32 "classes" (block b belongs to class
-// b mod 32): one CTA owns 16 rows, warp w the classes w, w + 8, w + 16 and w + 24, and it runs
-// through the chunks of 32 blocks in order, so each class partial sees its blocks in matvec's
-// order. At the end warp w adds its four partials as the butterfly's first two levels do, and the
-// last three levels run over the eight warps' sums in shared memory.
+// b mod 32): a CTA works on a tile of rows, its warp w owns the classes w, w + kW, ... (kW warps),
+// and it runs through the chunks of 32 blocks in order, so each class partial sees its blocks in
+// matvec's order. At the end each warp adds its partials as the butterfly's first levels do (8
+// warps: levels 16 and 8; 16 warps: level 16), and the remaining levels run over the warps' sums
+// in shared memory.
 //
-// Data: the weights of a chunk (16 rows × 32 blocks, and their scales) and the activations' q8
-// rows (n tokens × 32 blocks, and their ds) go global → shared by cp.async, kStages − 1 chunks in
-// flight; fragments are read from shared memory without bank conflicts (padded rows). One CTA a
-// 16-row tile: measured on the H200 (12B, 8 rows) at 0.7-1.1 TB/s for the layer products and
-// 2.1 TB/s for the Q8_0 head, latency-bound (bench/results/cuda.md, "Rows pass").
+// Data: the weights of a chunk (16·kMT rows × 32 blocks, and their scales) and the activations'
+// q8 rows (n tokens × 32 blocks, and their ds) go global → shared by cp.async, kStages − 1 chunks
+// in flight; fragments are read from shared memory without bank conflicts (padded rows). Each
+// thread's copies are fixed slots (their matrix, row and piece follow from the thread index), so
+// a step adds only the chunk's and the tile's offsets. CTAs are persistent (as many as fit):
+// each takes tiles blockIdx.x, + gridDim.x, ... and its pipeline runs on across them. The
+// integer sums come from the mma biased (block_terms.cuh: no I2F).
+//
+// Shapes (measured on the H200, bench/results/cuda.md "Rows pass"): up to 8 rows, 32-row tiles
+// (each warp's mma covers two 16-row halves: half the activation copies per weight byte) over
+// 16 warps (two classes a warp: level 16 of the butterfly in the warp, levels 8 to 1 over the
+// warps); 9–32 rows, 16-row tiles over 8 warps (four classes a warp), the tokens in one tile.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -29,9 +37,6 @@
 namespace gem::cuda::mmn {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 3;
 constexpr int kChunk = 32;  // blocks per chunk: one of every class
 
 template <bool kQ8>
@@ -41,236 +46,338 @@ struct Layout {
   static constexpr int kWdStride = 80;                    // one row's 32 scales (64 B), padded
   static constexpr int kXqStride = kChunk * 32 + 16;      // one token's chunk of q8
   static constexpr int kXdStride = kChunk * 8 + 16;       // one token's 32 (d, d·Σq)
-  template <int kMats, int kNT>
+  template <int kMats, int kNT, int kMT>
   static constexpr int stage_bytes() {
-    return kMats * 16 * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
+    return kMats * 16 * kMT * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
   }
-  // The pipeline's stages; after the loop the same memory holds the reduction's sums.
-  template <int kMats, int kNT>
+  // The reduction's [warp][mat][row 16·kMT][token] sums, apart from the pipeline.
+  template <int kMats, int kNT, int kMT, int kW>
+  static constexpr int red_bytes() {
+    return kW * kMats * 16 * kMT * kNT * 8 * 4;
+  }
+  // Four stages where they fit beside the reduction in 220 KB, else three.
+  template <int kMats, int kNT, int kMT, int kW>
+  static constexpr int stages() {
+    return 4 * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT, kW>() <= 220 * 1024 ? 4 : 3;
+  }
+  template <int kMats, int kNT, int kMT, int kW>
   static constexpr int smem_bytes() {
-    constexpr int pipe = kStages * stage_bytes<kMats, kNT>();
-    constexpr int red = kWarps * kMats * 16 * kNT * 8 * 4;
-    return pipe > red ? pipe : red;
+    return stages<kMats, kNT, kMT, kW>() * stage_bytes<kMats, kNT, kMT>() +
+           red_bytes<kMats, kNT, kMT, kW>();
   }
 };
 
-// The block's integer sums for 16 rows × 8 tokens: a = the rows' quants (Q4_0: raw nibbles,
-// unsigned), b = the tokens' q8 values.
+// The block's integer sums for 16 rows × 8 tokens, each plus c0: a = the rows' quants (Q4_0: raw
+// nibbles, unsigned), b = the tokens' q8 values.
 template <bool kQ8>
 __device__ __forceinline__ void mma_block(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                          int (&c)[4]) {
+                                          int c0, int (&c)[4]) {
   if constexpr (kQ8) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%10, %10, %10, %10};"
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0));
   } else {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%10, %10, %10, %10};"
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0));
   }
 }
 
-// y[t, r] (kMats = 1, soft-capped when cap > 0) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for the 16
-// rows of this CTA and the a.n ≤ 8·kNT tokens.
-template <bool kQ8, int kMats, int kNT>
-__global__ void __launch_bounds__(kThreads, kNT == 1 && kMats == 1 ? 2 : 1) rows_mma_kernel(NArgs a) {
+// A step of a CTA: its tile (index, first row) and the chunk of 32 blocks. advance() moves to
+// the next step without a division (the generic step → tile arithmetic cost issue slots).
+struct Cursor {
+  int item, ch;
+  int64_t row0;
+  __device__ void set(int item_, int kR) {
+    item = item_;
+    row0 = static_cast<int64_t>(item) * kR;
+  }
+  __device__ void advance(int n_chunks, int stride, int kR) {
+    if (++ch == n_chunks) {
+      ch = 0;
+      set(item + stride, kR);
+    }
+  }
+};
+
+// y[t, r] (kMats = 1, soft-capped when cap > 0) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for the
+// a.n ≤ 8·kNT tokens, over the tiles blockIdx.x, blockIdx.x + gridDim.x, ... of kR = 16·kMT rows.
+// Each warp's mma covers kMT 16-row halves of the tile; kW warps, 32 / kW classes each.
+template <bool kQ8, int kMats, int kNT, int kMT, int kW>
+__global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
   using L = Layout<kQ8>;
-  constexpr int kStage = L::template stage_bytes<kMats, kNT>();
+  constexpr int kThreads = kW * 32;
+  constexpr int kCI = 32 / kW;  // classes per warp: w, w + kW, ...
+  constexpr int kStage = L::template stage_bytes<kMats, kNT, kMT>();
+  constexpr int kStages = L::template stages<kMats, kNT, kMT, kW>();
   constexpr int kT = kNT * 8;
+  constexpr int kR = 16 * kMT;
   extern __shared__ __align__(16) unsigned char smem[];
   pdl_trigger();
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const int cols = a.cols, nb = cols / 32, n = a.n;
+  const int cols = a.cols, nb = cols / 32;
   const int n_chunks = (nb + kChunk - 1) / kChunk;
   const int64_t row_bytes = static_cast<int64_t>(nb) * L::kQB;
+  const int n_items = static_cast<int>((a.rows + kR - 1) / kR);  // tiles
+  const int my_items = (n_items - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  const int total = my_items * n_chunks;  // this CTA's (tile, chunk) steps, in order
+  const int stride = static_cast<int>(gridDim.x);
+  const int nt = a.n;
+  Cursor first;
+  first.ch = 0;
+  first.set(static_cast<int>(blockIdx.x), kR);
 
-  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * 16 * L::kWqStride; };
+  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * kR * L::kWqStride; };
   auto wd_of = [&](int st, int m) {
-    return smem + st * kStage + kMats * 16 * L::kWqStride + m * 16 * L::kWdStride;
+    return smem + st * kStage + kMats * kR * L::kWqStride + m * kR * L::kWdStride;
   };
-  auto xq_of = [&](int st) { return smem + st * kStage + kMats * 16 * (L::kWqStride + L::kWdStride); };
+  auto xq_of = [&](int st) { return smem + st * kStage + kMats * kR * (L::kWqStride + L::kWdStride); };
   auto xd_of = [&](int st) { return xq_of(st) + kT * L::kXqStride; };
+  float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [warp][mat][row kR][token]
 
-  // Chunk ch's weights (rows past the end load the last row, never stored) and activations.
-  auto load_w = [&](int ch) {
-    if (ch >= n_chunks) return;
-    const int st = ch % kStages, nblk = min(kChunk, nb - ch * kChunk);
-    constexpr int kPieces = kChunk * L::kQB / 16;  // 16-byte pieces of one row's chunk
-    const int pieces = nblk * L::kQB / 16;
-    for (int i = tid; i < kMats * 16 * kPieces; i += kThreads) {
-      const int m = i / (16 * kPieces), r = (i / kPieces) % 16, p = i % kPieces;
-      if (p >= pieces) continue;
-      const int64_t row = min(row0 + r, a.rows - 1);
-      cp_async16(wq_of(st, m) + r * L::kWqStride + p * 16,
-           (m == 0 ? a.q[0] : a.q[1]) + row * row_bytes +
-               static_cast<int64_t>(ch) * kChunk * L::kQB + p * 16);
+  // Each thread's share of a step's copies is fixed (the slots' matrix, row and piece follow from
+  // tid: the slot counts are multiples of the block size), so a step adds only the chunk's and
+  // the item's offsets (the generic index arithmetic cost ~38 instructions a 16-byte copy).
+  constexpr int kPieces = kChunk * L::kQB / 16;  // 16-byte pieces of one row's chunk
+  static_assert(kThreads % kPieces == 0 && (kR * kPieces) % kThreads == 0);
+  constexpr int kWSlotsM = kR * kPieces / kThreads;  // a thread's weight pieces per matrix
+  constexpr int kRStep = kThreads / kPieces;         // rows between them
+  const int wp = tid % kPieces, wr = tid / kPieces;
+  constexpr int kDSlots = kMats * kR * 4;  // scale pieces (8 scales each) of a step: one a thread
+  static_assert(kDSlots <= kThreads && kThreads % 64 == 0);
+  const int dm = tid / (kR * 4), dr = (tid / 4) % kR, dp = tid % 4;
+  constexpr int kXStep = kThreads / 64;   // tokens between a thread's q8 pieces (64 a token)
+  constexpr int kSStep = kThreads / 16;   // ... and its ds pieces (16 a token)
+  const int xp = tid % 64, xt = tid / 64, sp = tid % 16, stk = tid / 16;
+
+  // Step it's weights (rows past the end load the last row, never stored) and activations.
+  auto load_w = [&](int it, const Cursor& cur) {
+    if (it >= total) return;
+    const int st = it % kStages, ch = cur.ch, nblk = min(kChunk, nb - ch * kChunk);
+    if (wp < nblk * L::kQB / 16) {
+      const int64_t coff = static_cast<int64_t>(ch) * kChunk * L::kQB + wp * 16;
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const uint8_t* q = m == 0 ? a.q[0] : a.q[1];
+#pragma unroll
+        for (int k = 0; k < kWSlotsM; ++k) {
+          const int r = wr + kRStep * k;
+          const int64_t row = min(cur.row0 + r, a.rows - 1);
+          cp_async16(wq_of(st, m) + r * L::kWqStride + wp * 16, q + row * row_bytes + coff);
+        }
+      }
     }
-    const int dpieces = nblk / 8;  // 8 scales a piece (nb is a multiple of 8)
-    for (int i = tid; i < kMats * 16 * 4; i += kThreads) {
-      const int m = i / 64, r = (i / 4) % 16, p = i % 4;
-      if (p >= dpieces) continue;
-      const int64_t row = min(row0 + r, a.rows - 1);
-      cp_async16(wd_of(st, m) + r * L::kWdStride + p * 16,
-           (m == 0 ? a.d[0] : a.d[1]) + row * nb + ch * kChunk + p * 8);
+    if (tid < kDSlots && dp < nblk / 8) {  // nb is a multiple of 8
+      const int64_t row = min(cur.row0 + dr, a.rows - 1);
+      cp_async16(wd_of(st, dm) + dr * L::kWdStride + dp * 16,
+                 (dm == 0 ? a.d[0] : a.d[1]) + row * nb + ch * kChunk + dp * 8);
     }
   };
-  auto load_x = [&](int ch) {
-    if (ch >= n_chunks) return;
-    const int st = ch % kStages, nblk = min(kChunk, nb - ch * kChunk);
-    const int pieces = nblk * 2;  // 32 q8 bytes a block
-    for (int i = tid; i < n * 64; i += kThreads) {
-      const int t = i / 64, p = i % 64;
-      if (p >= pieces) continue;
-      cp_async16(xq_of(st) + t * L::kXqStride + p * 16,
-           a.xq.q + static_cast<int64_t>(t) * cols + static_cast<int64_t>(ch) * kChunk * 32 + p * 16);
+  auto load_x = [&](int it, const Cursor& item) {
+    if (it >= total) return;
+    const int st = it % kStages, ch = item.ch, nblk = min(kChunk, nb - ch * kChunk);
+    if (xp < nblk * 2) {  // 32 q8 bytes a block
+      const int8_t* src = a.xq.q + static_cast<int64_t>(xt) * cols + ch * kChunk * 32 + xp * 16;
+#pragma unroll
+      for (int k = 0; k < (kT + kXStep - 1) / kXStep; ++k) {
+        const int t = xt + kXStep * k;
+        if (t < nt) {
+          cp_async16(xq_of(st) + t * L::kXqStride + xp * 16, src + static_cast<int64_t>(kXStep * k) * cols);
+        }
+      }
     }
-    const int dpieces = nblk / 2;  // two float2 a piece
-    for (int i = tid; i < n * 16; i += kThreads) {
-      const int t = i / 16, p = i % 16;
-      if (p >= dpieces) continue;
-      cp_async16(xd_of(st) + t * L::kXdStride + p * 16,
-           a.xq.ds + static_cast<int64_t>(t) * nb + ch * kChunk + p * 2);
+    if (sp < nblk / 2) {  // two float2 a piece
+      const float2* src = a.xq.ds + static_cast<int64_t>(stk) * nb + ch * kChunk + sp * 2;
+#pragma unroll
+      for (int k = 0; k < (kT + kSStep - 1) / kSStep; ++k) {
+        const int t = stk + kSStep * k;
+        if (t < nt) {
+          cp_async16(xd_of(st) + t * L::kXdStride + sp * 16, src + static_cast<int64_t>(kSStep * k) * nb);
+        }
+      }
     }
   };
 
-  // Prologue: the first chunks' weights before pdl_wait (the previous kernel wrote only x), then
-  // their activations; group k completes stage k's data.
-  for (int s = 0; s < kStages - 1; ++s) load_w(s);
-  pdl_wait();
+  // Prologue: the first steps' weights before pdl_wait (the previous kernel wrote only x), then
+  // their activations; group k completes step k's data.
+  Cursor ld = first;
   for (int s = 0; s < kStages - 1; ++s) {
-    load_x(s);
-    cp_async_commit();
+    load_w(s, ld);
+    ld.advance(n_chunks, stride, kR);
   }
-
-  float acc[kMats][4][kNT][4] = {};
-  for (int ch = 0; ch < n_chunks; ++ch) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // chunk ch visible to all; stage (ch − 1) % kStages free to refill
-    load_w(ch + kStages - 1);
-    load_x(ch + kStages - 1);
+  pdl_wait();
+  ld = first;
+  for (int s = 0; s < kStages - 1; ++s) {
+    load_x(s, ld);
     cp_async_commit();
+    ld.advance(n_chunks, stride, kR);
+  }
+  Cursor item = first;  // the compute step's
+
+  float acc[kMats][kMT][kCI][kNT][4] = {};
+  for (int it = 0; it < total; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step it visible to all; stage (it − 1) % kStages free to refill
+    load_w(it + kStages - 1, ld);
+    load_x(it + kStages - 1, ld);
+    cp_async_commit();
+    ld.advance(n_chunks, stride, kR);
     // The loads above diverge (loops of uneven trip counts); mma.sync is .aligned, and the
     // compiler cannot see it inside asm: the warp reconverges here (else: illegal instruction).
     __syncwarp();
-    const int st = ch % kStages;
+    const int st = it % kStages, ch = item.ch;
 #pragma unroll
-    for (int ci = 0; ci < 4; ++ci) {
-      const int c = w + 8 * ci;
+    for (int ci = 0; ci < kCI; ++ci) {
+      const int c = w + kW * ci;
       if (ch * kChunk + c >= nb) break;  // the last chunk's missing blocks (uniform per warp)
-      uint32_t af[kMats][4];
-      float dw[kMats][2];
+      uint32_t af[kMats][kMT][4];
+      float dw[kMats][kMT][2];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        const unsigned char* wq = wq_of(st, m) + c * L::kQB + 4 * q;
-        if constexpr (kQ8) {
-          af[m][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-          af[m][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-          af[m][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
-          af[m][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
-        } else {
-          // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
-          const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-          const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-          af[m][0] = lo & 0x0F0F0F0Fu;
-          af[m][1] = hi & 0x0F0F0F0Fu;
-          af[m][2] = (lo >> 4) & 0x0F0F0F0Fu;
-          af[m][3] = (hi >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const unsigned char* wq = wq_of(st, m) + 16 * mt * L::kWqStride + c * L::kQB + 4 * q;
+          if constexpr (kQ8) {
+            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
+            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
+            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
+          } else {
+            // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
+            const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
+            const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+            af[m][mt][0] = lo & 0x0F0F0F0Fu;
+            af[m][mt][1] = hi & 0x0F0F0F0Fu;
+            af[m][mt][2] = (lo >> 4) & 0x0F0F0F0Fu;
+            af[m][mt][3] = (hi >> 4) & 0x0F0F0F0Fu;
+          }
+          const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m)) + 16 * mt * (L::kWdStride / 2);
+          dw[m][mt][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
+          dw[m][mt][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
         }
-        const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m));
-        dw[m][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
-        dw[m][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
       }
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
-        if (8 * j >= n) break;
-        // Tokens past n read token n − 1 (their sums are never stored).
-        const int tb = min(8 * j + g, n - 1);
+        if (8 * j >= nt) break;
+        // Tokens past nt read token nt − 1 (their sums are never stored).
+        const int tb = min(8 * j + g, nt - 1);
         const unsigned char* xq = xq_of(st) + tb * L::kXqStride + c * 32 + 4 * q;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xq);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xq + 16);
         const float2* xd = reinterpret_cast<const float2*>(xd_of(st));
-        const float2 ds0 = xd[min(8 * j + 2 * q, n - 1) * (L::kXdStride / 8) + c];
-        const float2 ds1 = xd[min(8 * j + 2 * q + 1, n - 1) * (L::kXdStride / 8) + c];
+        const float2 ds0 = xd[min(8 * j + 2 * q, nt - 1) * (L::kXdStride / 8) + c];
+        const float2 ds1 = xd[min(8 * j + 2 * q + 1, nt - 1) * (L::kXdStride / 8) + c];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-          int cs[4];
-          mma_block<kQ8>(af[m], b0, b1, cs);
-          // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the tile.
-          acc[m][ci][j][0] = q_block_acc<kQ8>(acc[m][ci][j][0], cs[0], dw[m][0], ds0);
-          acc[m][ci][j][1] = q_block_acc<kQ8>(acc[m][ci][j][1], cs[1], dw[m][0], ds1);
-          acc[m][ci][j][2] = q_block_acc<kQ8>(acc[m][ci][j][2], cs[2], dw[m][1], ds0);
-          acc[m][ci][j][3] = q_block_acc<kQ8>(acc[m][ci][j][3], cs[3], dw[m][1], ds1);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            int cs[4];
+            mma_block<kQ8>(af[m][mt], b0, b1, kIsumBias, cs);
+            float s[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[e] = unbias_isum(cs[e]);
+            // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the half.
+            float(&ac)[4] = acc[m][mt][ci][j];
+            ac[0] = q_block_acc_f<kQ8>(ac[0], s[0], dw[m][mt][0], ds0);
+            ac[1] = q_block_acc_f<kQ8>(ac[1], s[1], dw[m][mt][0], ds1);
+            ac[2] = q_block_acc_f<kQ8>(ac[2], s[2], dw[m][mt][1], ds0);
+            ac[3] = q_block_acc_f<kQ8>(ac[3], s[3], dw[m][mt][1], ds1);
+          }
         }
       }
     }
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the pipeline's shared memory becomes the reduction's
-
-  // warp_sum's butterfly: levels 16 and 8 pair this warp's classes (w with w + 16, w + 8 with
-  // w + 24, then the two), levels 4, 2, 1 pair the warps' sums (w with w + 4, then w + 2, w + 1).
-  float* red = reinterpret_cast<float*>(smem);  // [warp][mat][row 16][token kT]
-#pragma unroll
-  for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float s2 = pair_sum(pair_sum(acc[m][0][j][e], acc[m][2][j][e]),
-                                  pair_sum(acc[m][1][j][e], acc[m][3][j][e]));
-        const int r = g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-        red[((w * kMats + m) * 16 + r) * kT + t] = s2;
-      }
+    if (ch != n_chunks - 1) {
+      item.advance(n_chunks, stride, kR);
+      continue;
     }
-  }
-  __syncthreads();
-  for (int o = tid; o < 16 * n; o += kThreads) {
-    const int r = o / n, t = o % n;
-    float v[kMats];
+
+    // The item is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1. Eight
+    // warps: levels 16 and 8 pair this warp's classes (w with w + 16, w + 8 with w + 24, then the
+    // two), levels 4, 2, 1 the warps' sums; sixteen warps: level 16 pairs this warp's classes (w,
+    // w + 16), levels 8 to 1 the warps' sums. (The previous item's reads of `red` ended before
+    // this step's __syncthreads.)
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      float s[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) s[k] = red[((k * kMats + m) * 16 + r) * kT + t];
-      const float s3_0 = pair_sum(s[0], s[4]), s3_1 = pair_sum(s[1], s[5]);
-      const float s3_2 = pair_sum(s[2], s[6]), s3_3 = pair_sum(s[3], s[7]);
-      v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float(&v)[kCI][kNT][4] = acc[m][mt];
+            float s2;
+            if constexpr (kCI == 4) {
+              s2 = pair_sum(pair_sum(v[0][j][e], v[2][j][e]), pair_sum(v[1][j][e], v[3][j][e]));
+            } else {
+              s2 = pair_sum(v[0][j][e], v[1][j][e]);
+            }
+            const int r = 16 * mt + g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
+            red[((w * kMats + m) * kR + r) * kT + t] = s2;
+#pragma unroll
+            for (int ci = 0; ci < kCI; ++ci) v[ci][j][e] = 0.0f;
+          }
+        }
+      }
     }
-    if (row0 + r >= a.rows) continue;
-    float out;
-    if constexpr (kMats == 2) {
-      out = gelu_tanh(v[0]) * v[1];
-    } else {
-      out = a.cap > 0.0f ? a.cap * tanhf(v[0] / a.cap) : v[0];
+    __syncthreads();
+    for (int o = tid; o < kR * nt; o += kThreads) {
+      const int r = o / nt, t = o % nt;
+      float v[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        float sw[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          sw[k] = red[((k * kMats + m) * kR + r) * kT + t];
+          if constexpr (kW == 16) sw[k] = pair_sum(sw[k], red[(((k + 8) * kMats + m) * kR + r) * kT + t]);
+        }
+        const float s3_0 = pair_sum(sw[0], sw[4]), s3_1 = pair_sum(sw[1], sw[5]);
+        const float s3_2 = pair_sum(sw[2], sw[6]), s3_3 = pair_sum(sw[3], sw[7]);
+        v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
+      }
+      if (item.row0 + r >= a.rows) continue;
+      float out;
+      if constexpr (kMats == 2) {
+        out = gelu_tanh(v[0]) * v[1];
+      } else {
+        out = a.cap > 0.0f ? a.cap * tanhf(v[0] / a.cap) : v[0];
+      }
+      a.y[static_cast<int64_t>(t) * a.rows + item.row0 + r] = out;
     }
-    a.y[static_cast<int64_t>(t) * a.rows + row0 + r] = out;
+    item.advance(n_chunks, stride, kR);
   }
+  cp_async_wait<0>();
 }
 
-template <bool kQ8, int kMats, int kNT>
+// The persistent grid: as many CTAs as fit on the device at once, at most one per tile.
+template <bool kQ8, int kMats, int kNT, int kMT, int kW>
 void launch_instance(const NArgs& a, cudaStream_t s) {
-  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT>();
-  auto kernel = rows_mma_kernel<kQ8, kMats, kNT>;
-  static const bool configured = [&] {
+  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT, kW>();
+  constexpr int kThreads = kW * 32;
+  auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT, kW>;
+  static const int resident = [&] {
+    int dev = 0, n_sm = 0, per_sm = 0;
+    GEM_CUDA_CHECK(cudaGetDevice(&dev));
+    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
+    GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
+    return std::max(1, per_sm) * n_sm;
   }();
-  (void)configured;
-  const unsigned grid = static_cast<unsigned>((a.rows + 15) / 16);
-  launch(kernel, grid, kThreads, kSmem, s, a);
+  const int64_t tiles = (a.rows + 16 * kMT - 1) / (16 * kMT);
+  launch(kernel, static_cast<unsigned>(std::min<int64_t>(tiles, resident)), kThreads, kSmem, s, a);
 }
 
+// The shapes by rows (the file's opening comment).
 template <bool kQ8, int kMats>
-void launch_nt(const NArgs& a, cudaStream_t s) {
+void launch_n(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
-    launch_instance<kQ8, kMats, 1>(a, s);
+    launch_instance<kQ8, kMats, 1, 2, 16>(a, s);
   } else if (a.n <= 16) {
-    launch_instance<kQ8, kMats, 2>(a, s);
+    launch_instance<kQ8, kMats, 2, 1, 8>(a, s);
   } else {
-    launch_instance<kQ8, kMats, 4>(a, s);
+    launch_instance<kQ8, kMats, 4, 1, 8>(a, s);
   }
 }
 
@@ -287,11 +394,11 @@ bool rows_mma_supports(const NArgs& a) {
 
 void launch_rows_mma(const NArgs& a, cudaStream_t s) {
   if (a.type == WType::kQ8_0) {
-    launch_nt<true, 1>(a, s);
+    launch_n<true, 1>(a, s);
   } else if (a.n_mats == 2) {
-    launch_nt<false, 2>(a, s);
+    launch_n<false, 2>(a, s);
   } else {
-    launch_nt<false, 1>(a, s);
+    launch_n<false, 1>(a, s);
   }
   GEM_CUDA_LAUNCHED();
 }
