@@ -10,7 +10,12 @@
 # The tests' reference data travels with the tree (tests/data) and the build writes the test
 # models, so nothing of the development reference folder is carried.
 #   .device/llbin.tar.xz  llama.cpp's CUDA binaries built here ('llama-bin' only, not in 'all':
-#                      about an hour on two cores; bench/server/device_build.sh unpacks them)
+#                      about an hour on two cores; bench/server/device_build.sh unpacks them).
+#                      The CUDA library alone packs to ~40 MB: with the tree (~19 MB without
+#                      tests/data/outputs, which a call that needs no CPU-reference test can
+#                      leave behind) and .device/deps one pack fits a call, so LLAMA_BINS picks
+#                      its binaries: "bench" (llama-bench, llama-batched-bench), "server"
+#                      (llama-server), default all three.
 # Usage: bash bench/cuda/make_device_dir.sh [deps|trace|llama|llama-bin|all] (default all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -72,8 +77,16 @@ if [ "$what" = llama-bin ]; then
     -DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,/tmp/cudastub \
     -DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,/tmp/cudastub >/dev/null
   cmake --build "$REF/build-cuda" -j"$(nproc)" --target llama-bench llama-batched-bench llama-server
-  rm -rf /tmp/llbin && mkdir -p /tmp/llbin && cp -a "$REF/build-cuda/bin/." /tmp/llbin/
-  strip --strip-unneeded /tmp/llbin/*.so.*.* 2>/dev/null || true
+  rm -rf /tmp/llbin && mkdir -p /tmp/llbin
+  B="$REF/build-cuda/bin"
+  cp -a "$B"/libggml* "$B"/libllama.so* "$B"/libllama-common.so* /tmp/llbin/
+  case "${LLAMA_BINS:-all}" in
+    bench) cp -a "$B"/llama-bench "$B"/llama-batched-bench "$B"/libllama-bench-impl.so \
+             "$B"/libllama-batched-bench-impl.so /tmp/llbin/ ;;
+    server) cp -a "$B"/llama-server "$B"/libllama-server-impl.so "$B"/libmtmd.so* /tmp/llbin/ ;;
+    *) cp -a "$B/." /tmp/llbin/ ;;
+  esac
+  find /tmp/llbin -type f -name '*.so*' -exec strip --strip-unneeded {} + 2>/dev/null || true
   tar cf - -C /tmp llbin | xz -9 -T"$(nproc)" > .device/llbin.tar.xz
   du -sh .device/llbin.tar.xz
 fi
