@@ -70,6 +70,11 @@ if [ "$what" = llama-bin ]; then
   # llama.cpp's CUDA binaries (llama-bench, llama-batched-bench, llama-server) built here for
   # sm_90 against the driver stub (this machine has no GPU), stripped and packed under 64 MiB:
   # saves the ~7 minutes their build takes on the GPU machine. REF: a clone of the bundle above.
+  case "${LLAMA_BINS:-all}" in
+    all|bench|server) ;;
+    *) echo "make_device_dir.sh: LLAMA_BINS is '$LLAMA_BINS'; expected bench, server or all" >&2
+       exit 2 ;;
+  esac
   REF=${REF:-/work/ref/llama.cpp}
   mkdir -p /tmp/cudastub && ln -sf /usr/local/cuda/lib64/stubs/libcuda.so /tmp/cudastub/libcuda.so.1
   cmake -S "$REF" -B "$REF/build-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
@@ -84,7 +89,7 @@ if [ "$what" = llama-bin ]; then
     bench) cp -a "$B"/llama-bench "$B"/llama-batched-bench "$B"/libllama-bench-impl.so \
              "$B"/libllama-batched-bench-impl.so /tmp/llbin/ ;;
     server) cp -a "$B"/llama-server "$B"/libllama-server-impl.so "$B"/libmtmd.so* /tmp/llbin/ ;;
-    *) cp -a "$B/." /tmp/llbin/ ;;
+    all) cp -a "$B/." /tmp/llbin/ ;;
   esac
   find /tmp/llbin -type f -name '*.so*' -exec strip --strip-unneeded {} + 2>/dev/null || true
   tar cf - -C /tmp llbin | xz -9 -T"$(nproc)" > .device/llbin.tar.xz
