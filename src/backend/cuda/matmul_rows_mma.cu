@@ -88,16 +88,16 @@ __device__ __forceinline__ void mma_block(const uint32_t (&a)[4], uint32_t b0, u
 // A step of a CTA: its tile (index, first row) and the chunk of 32 blocks. advance() moves to
 // the next step without a division (the generic step → tile arithmetic cost issue slots).
 struct Cursor {
-  int item, ch;
-  int64_t row0;
-  __device__ void set(int item_, int kR) {
-    item = item_;
-    row0 = static_cast<int64_t>(item) * kR;
+  int tile, ch;
+  int64_t row0;  // tile · kR, kept: the copies and the epilogue use it every step
+  __device__ void set(int tile_, int kR) {
+    tile = tile_;
+    row0 = static_cast<int64_t>(tile) * kR;
   }
   __device__ void advance(int n_chunks, int stride, int kR) {
     if (++ch == n_chunks) {
       ch = 0;
-      set(item + stride, kR);
+      set(tile + stride, kR);
     }
   }
 };
@@ -120,9 +120,9 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
   const int cols = a.cols, nb = cols / 32;
   const int n_chunks = (nb + kChunk - 1) / kChunk;
   const int64_t row_bytes = static_cast<int64_t>(nb) * L::kQB;
-  const int n_items = static_cast<int>((a.rows + kR - 1) / kR);  // tiles
-  const int my_items = (n_items - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
-  const int total = my_items * n_chunks;  // this CTA's (tile, chunk) steps, in order
+  const int n_tiles = static_cast<int>((a.rows + kR - 1) / kR);
+  const int my_tiles = (n_tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  const int total = my_tiles * n_chunks;  // this CTA's (tile, chunk) steps, in order
   const int stride = static_cast<int>(gridDim.x);
   const int nt = a.n;
   Cursor first;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
 
   // Each thread's share of a step's copies is fixed (the slots' matrix, row and piece follow from
   // tid: the slot counts are multiples of the block size), so a step adds only the chunk's and
-  // the item's offsets (the generic index arithmetic cost ~38 instructions a 16-byte copy).
+  // the tile's offsets (the generic index arithmetic cost ~38 instructions a 16-byte copy).
   constexpr int kPieces = kChunk * L::kQB / 16;  // 16-byte pieces of one row's chunk
   static_assert(kThreads % kPieces == 0 && (kR * kPieces) % kThreads == 0);
   constexpr int kWSlotsM = kR * kPieces / kThreads;  // a thread's weight pieces per matrix
@@ -175,9 +175,9 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
                  (dm == 0 ? a.d[0] : a.d[1]) + row * nb + ch * kChunk + dp * 8);
     }
   };
-  auto load_x = [&](int it, const Cursor& item) {
+  auto load_x = [&](int it, const Cursor& cur) {
     if (it >= total) return;
-    const int st = it % kStages, ch = item.ch, nblk = min(kChunk, nb - ch * kChunk);
+    const int st = it % kStages, ch = cur.ch, nblk = min(kChunk, nb - ch * kChunk);
     if (xp < nblk * 2) {  // 32 q8 bytes a block
       const int8_t* src = a.xq.q + static_cast<int64_t>(xt) * cols + ch * kChunk * 32 + xp * 16;
 #pragma unroll
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
     cp_async_commit();
     ld.advance(n_chunks, stride, kR);
   }
-  Cursor item = first;  // the compute step's
+  Cursor tile = first;  // the compute step's
 
   float acc[kMats][kMT][kCI][kNT][4] = {};
   for (int it = 0; it < total; ++it) {
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
     // The loads above diverge (loops of uneven trip counts); mma.sync is .aligned, and the
     // compiler cannot see it inside asm: the warp reconverges here (else: illegal instruction).
     __syncwarp();
-    const int st = it % kStages, ch = item.ch;
+    const int st = it % kStages, ch = tile.ch;
 #pragma unroll
     for (int ci = 0; ci < kCI; ++ci) {
       const int c = w + kW * ci;
@@ -289,14 +289,14 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
       }
     }
     if (ch != n_chunks - 1) {
-      item.advance(n_chunks, stride, kR);
+      tile.advance(n_chunks, stride, kR);
       continue;
     }
 
-    // The item is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1. Eight
+    // The tile is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1. Eight
     // warps: levels 16 and 8 pair this warp's classes (w with w + 16, w + 8 with w + 24, then the
     // two), levels 4, 2, 1 the warps' sums; sixteen warps: level 16 pairs this warp's classes (w,
-    // w + 16), levels 8 to 1 the warps' sums. (The previous item's reads of `red` ended before
+    // w + 16), levels 8 to 1 the warps' sums. (The previous tile's reads of `red` ended before
     // this step's __syncthreads.)
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
@@ -337,16 +337,16 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
         const float s3_2 = pair_sum(sw[2], sw[6]), s3_3 = pair_sum(sw[3], sw[7]);
         v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
       }
-      if (item.row0 + r >= a.rows) continue;
+      if (tile.row0 + r >= a.rows) continue;
       float out;
       if constexpr (kMats == 2) {
         out = gelu_tanh(v[0]) * v[1];
       } else {
         out = a.cap > 0.0f ? a.cap * tanhf(v[0] / a.cap) : v[0];
       }
-      a.y[static_cast<int64_t>(t) * a.rows + item.row0 + r] = out;
+      a.y[static_cast<int64_t>(t) * a.rows + tile.row0 + r] = out;
     }
-    item.advance(n_chunks, stride, kR);
+    tile.advance(n_chunks, stride, kR);
   }
   cp_async_wait<0>();
 }
