@@ -499,6 +499,13 @@ TEST(CudaMatmulN, RowsOnTensorCoresAtVerifyAndBatchShapes) {
     check_case({h, nullptr, n, 30.0f, "Q8_0 1001x3840 capped"});
     check_case({g, &u, n, 0.0f, "gate|up Q4_0 1000x3840"});
   }
+  // The 12B's qkv rows: enough 64-row tiles for every SM of an H200 (up to 8 rows), the
+  // 1000-row matrices above stay on 32-row tiles.
+  const Matrix qkv(DType::kQ4_0, 8192 + 32, 3840), qkv8(DType::kQ8_0, 8192 + 32, 3840);
+  for (int n : {5, 8}) {
+    check_case({qkv, nullptr, n, 0.0f, "Q4_0 8224x3840"});
+    check_case({qkv8, nullptr, n, 0.0f, "Q8_0 8224x3840"});
+  }
 }
 
 // The mma kernel's K split: each cluster size (3 too: ranks own uneven row shares; 16 where the

@@ -21,10 +21,11 @@
 // each takes tiles blockIdx.x, + gridDim.x, ... and its pipeline runs on across them. The
 // integer sums come from the mma biased (block_terms.cuh: no I2F).
 //
-// Shapes (measured on the H200, bench/results/cuda.md "Rows pass"): up to 8 rows, 32-row tiles
+// Shapes (measured on the H200, bench/results/cuda.md "Rows pass"): up to 16 rows, 32-row tiles
 // (each warp's mma covers two 16-row halves: half the activation copies per weight byte) over
 // 16 warps (two classes a warp: level 16 of the butterfly in the warp, levels 8 to 1 over the
-// warps); 9–32 rows, 16-row tiles over 8 warps (four classes a warp), the tokens in one tile.
+// warps), and up to 8 rows 64-row tiles where the matrix has rows enough to fill the SMs with
+// them; 17–32 rows, 16-row tiles over 8 warps (four classes a warp), the tokens in one tile.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -55,10 +56,12 @@ struct Layout {
   static constexpr int red_bytes() {
     return kW * kMats * 16 * kMT * kNT * 8 * 4;
   }
-  // Four stages where they fit beside the reduction in 220 KB, else three.
+  // Four stages where they fit beside the reduction in 220 KB, else three, else two (the
+  // device's limit is 227 KB a CTA).
   template <int kMats, int kNT, int kMT, int kW>
   static constexpr int stages() {
-    return 4 * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT, kW>() <= 220 * 1024 ? 4 : 3;
+    constexpr int st = stage_bytes<kMats, kNT, kMT>(), red = red_bytes<kMats, kNT, kMT, kW>();
+    return 4 * st + red <= 220 * 1024 ? 4 : 3 * st + red <= 227 * 1024 ? 3 : 2;
   }
   template <int kMats, int kNT, int kMT, int kW>
   static constexpr int smem_bytes() {
@@ -355,6 +358,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
 template <bool kQ8, int kMats, int kNT, int kMT, int kW>
 void launch_instance(const NArgs& a, cudaStream_t s) {
   constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT, kW>();
+  static_assert(kSmem <= 227 * 1024);
   constexpr int kThreads = kW * 32;
   auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT, kW>;
   static const int resident = [&] {
@@ -373,9 +377,22 @@ void launch_instance(const NArgs& a, cudaStream_t s) {
 template <bool kQ8, int kMats>
 void launch_n(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
+    if constexpr (kMats == 1) {
+      // 64-row tiles where they take no more waves of rows than 32-row tiles (a wave: one tile
+      // on every SM): each weight byte then costs half the activation copies.
+      static const int n_sm = [] {
+        int dev = 0, v = 0;
+        GEM_CUDA_CHECK(cudaGetDevice(&dev));
+        GEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+        return v;
+      }();
+      const int64_t rows64 = ((a.rows + 63) / 64 + n_sm - 1) / n_sm * 64;
+      const int64_t rows32 = ((a.rows + 31) / 32 + n_sm - 1) / n_sm * 32;
+      if (rows64 <= rows32) return launch_instance<kQ8, kMats, 1, 4, 16>(a, s);
+    }
     launch_instance<kQ8, kMats, 1, 2, 16>(a, s);
   } else if (a.n <= 16) {
-    launch_instance<kQ8, kMats, 2, 1, 8>(a, s);
+    launch_instance<kQ8, kMats, 2, 2, 16>(a, s);
   } else {
     launch_instance<kQ8, kMats, 4, 1, 8>(a, s);
   }
