@@ -25,7 +25,8 @@
 // (each warp's mma covers two 16-row halves: half the activation copies per weight byte) over
 // 16 warps (two classes a warp: level 16 of the butterfly in the warp, levels 8 to 1 over the
 // warps), and up to 8 rows 64-row tiles where the matrix has rows enough to fill the SMs with
-// them; 17–32 rows, 16-row tiles over 8 warps (four classes a warp), the tokens in one tile.
+// them; 17–32 rows, 16 warps as well, 32-row tiles for one matrix and 16-row tiles for the gated
+// pair (its accumulators for 32 rows would not fit the registers), the tokens in one tile.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -264,14 +265,14 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         if (8 * j >= nt) break;
-        // Tokens past nt read token nt − 1 (their sums are never stored).
-        const int tb = min(8 * j + g, nt - 1);
-        const unsigned char* xq = xq_of(st) + tb * L::kXqStride + c * 32 + 4 * q;
+        // Tokens past nt read shared memory no copy wrote (their sums are never stored), so
+        // every address here is the stage's base plus a constant.
+        const unsigned char* xq = xq_of(st) + (8 * j + g) * L::kXqStride + c * 32 + 4 * q;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xq);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xq + 16);
         const float2* xd = reinterpret_cast<const float2*>(xd_of(st));
-        const float2 ds0 = xd[min(8 * j + 2 * q, nt - 1) * (L::kXdStride / 8) + c];
-        const float2 ds1 = xd[min(8 * j + 2 * q + 1, nt - 1) * (L::kXdStride / 8) + c];
+        const float2 ds0 = xd[(8 * j + 2 * q) * (L::kXdStride / 8) + c];
+        const float2 ds1 = xd[(8 * j + 2 * q + 1) * (L::kXdStride / 8) + c];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -393,8 +394,10 @@ void launch_n(const NArgs& a, cudaStream_t s) {
     launch_instance<kQ8, kMats, 1, 2, 16>(a, s);
   } else if (a.n <= 16) {
     launch_instance<kQ8, kMats, 2, 2, 16>(a, s);
+  } else if constexpr (kMats == 1) {
+    launch_instance<kQ8, kMats, 4, 2, 16>(a, s);
   } else {
-    launch_instance<kQ8, kMats, 4, 1, 8>(a, s);
+    launch_instance<kQ8, kMats, 4, 1, 16>(a, s);
   }
 }
 
