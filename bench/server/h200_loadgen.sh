@@ -8,7 +8,7 @@
 # (a ~30K-token main conversation whose turns alternate with 4 subagent requests) against
 # `gem serve` at -np 1 (today's behaviour) and at the default -np, and llama-server -np 8
 # (the same context per slot).
-# Before gem's table: 8 concurrent greedy requests against the same 8 alone (loadgen.py --check),
+# After gem's table: 8 concurrent greedy requests against the same 8 alone (loadgen.py --check),
 # the CUDA counterpart of tests/runtime/scheduler_test.cc's equality.
 #   bash bench/server/h200_loadgen.sh        (logs and JSON in $OUT or /tmp/gem-out)
 # Quick: MODELS=12b CLIENTS=1,8 REQS=1 bash bench/server/h200_loadgen.sh
@@ -59,10 +59,13 @@ for p in ${MODELS:-12b 31b}; do
   [ -f $M/g$p.gguf ] || $GEM synth --profile $p -q -o $M/g$p.gguf
   case " $PARTS " in *" load "*)
   log "== $p: throughput, -np $NP, -c $CTX per slot, prompt $PROMPT, gen $GEN, clients $CLIENTS"
+  # The check after the table: its prompts are the table's first ones, which a slot's prefix
+  # cache would otherwise serve to the table (run 32 ran it first: 1-client TTFT 6.5 ms).
   serve "gem-$p" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np $NP -c $CTX --port $PORT --metrics && {
+    load "gem-$p"
     python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --check 8 --prompt $PROMPT --gen $GEN \
       --label "gem-$p" --json "$OUT/check_gem-$p.json" 2>&1 | tee -a "$OUT/loadgen.txt"
-    load "gem-$p"; stop; }
+    stop; }
   log "== $p: one client at -np 1 (today's single-stream path)"
   serve "gem-$p-np1" $GEM serve -m $M/g$p.gguf --backend $BACKEND -np 1 -c $CTX --port $PORT && {
     CLIENTS=1 load "gem-$p-np1"; stop; }
