@@ -7,11 +7,10 @@
 // partials in a fixed butterfly. The integer sum of one 32-weight block is exact however it is
 // computed, so one mma.sync m16n8k32 (int8, k = one block) gives it for 16 rows × 8 tokens at
 // once. This kernel keeps matvec's 32 lane partials as 32 "classes" (block b belongs to class
-// b mod 32): a CTA works on a tile of rows, its warp w owns the classes w, w + kW, ... (kW warps),
+// b mod 32): a CTA works on a tile of rows, its 16 warps own two classes each (w and w + 16),
 // and it runs through the chunks of 32 blocks in order, so each class partial sees its blocks in
-// matvec's order. At the end each warp adds its partials as the butterfly's first levels do (8
-// warps: levels 16 and 8; 16 warps: level 16), and the remaining levels run over the warps' sums
-// in shared memory.
+// matvec's order. At the end each warp adds its two partials as the butterfly's first level does
+// (level 16), and levels 8 to 1 run over the warps' sums in shared memory.
 //
 // Data: the weights of a chunk (16·kMT rows × 32 blocks, and their scales) and the activations'
 // q8 rows (n tokens × 32 blocks, and their ds) go global → shared by cp.async, kStages − 1 chunks
@@ -40,6 +39,8 @@ namespace gem::cuda::mmn {
 namespace {
 
 constexpr int kChunk = 32;  // blocks per chunk: one of every class
+constexpr int kW = 16;      // warps a CTA (8 lost to 16 at every row count: bench/results/cuda.md)
+constexpr int kCI = 32 / kW;  // classes per warp: w, w + kW
 
 template <bool kQ8>
 struct Layout {
@@ -53,21 +54,20 @@ struct Layout {
     return kMats * 16 * kMT * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
   }
   // The reduction's [warp][mat][row 16·kMT][token] sums, apart from the pipeline.
-  template <int kMats, int kNT, int kMT, int kW>
+  template <int kMats, int kNT, int kMT>
   static constexpr int red_bytes() {
     return kW * kMats * 16 * kMT * kNT * 8 * 4;
   }
   // Four stages where they fit beside the reduction in 220 KB, else three, else two (the
   // device's limit is 227 KB a CTA).
-  template <int kMats, int kNT, int kMT, int kW>
+  template <int kMats, int kNT, int kMT>
   static constexpr int stages() {
-    constexpr int st = stage_bytes<kMats, kNT, kMT>(), red = red_bytes<kMats, kNT, kMT, kW>();
+    constexpr int st = stage_bytes<kMats, kNT, kMT>(), red = red_bytes<kMats, kNT, kMT>();
     return 4 * st + red <= 220 * 1024 ? 4 : 3 * st + red <= 227 * 1024 ? 3 : 2;
   }
-  template <int kMats, int kNT, int kMT, int kW>
+  template <int kMats, int kNT, int kMT>
   static constexpr int smem_bytes() {
-    return stages<kMats, kNT, kMT, kW>() * stage_bytes<kMats, kNT, kMT>() +
-           red_bytes<kMats, kNT, kMT, kW>();
+    return stages<kMats, kNT, kMT>() * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT>();
   }
 };
 
@@ -108,14 +108,13 @@ struct Cursor {
 
 // y[t, r] (kMats = 1, soft-capped when cap > 0) or gelu_tanh(gate·x)·(up·x) (kMats = 2) for the
 // a.n ≤ 8·kNT tokens, over the tiles blockIdx.x, blockIdx.x + gridDim.x, ... of kR = 16·kMT rows.
-// Each warp's mma covers kMT 16-row halves of the tile; kW warps, 32 / kW classes each.
-template <bool kQ8, int kMats, int kNT, int kMT, int kW>
+// Each warp's mma covers kMT 16-row halves of the tile.
+template <bool kQ8, int kMats, int kNT, int kMT>
 __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
   using L = Layout<kQ8>;
   constexpr int kThreads = kW * 32;
-  constexpr int kCI = 32 / kW;  // classes per warp: w, w + kW, ...
   constexpr int kStage = L::template stage_bytes<kMats, kNT, kMT>();
-  constexpr int kStages = L::template stages<kMats, kNT, kMT, kW>();
+  constexpr int kStages = L::template stages<kMats, kNT, kMT>();
   constexpr int kT = kNT * 8;
   constexpr int kR = 16 * kMT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -297,11 +296,9 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
       continue;
     }
 
-    // The tile is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1. Eight
-    // warps: levels 16 and 8 pair this warp's classes (w with w + 16, w + 8 with w + 24, then the
-    // two), levels 4, 2, 1 the warps' sums; sixteen warps: level 16 pairs this warp's classes (w,
-    // w + 16), levels 8 to 1 the warps' sums. (The previous tile's reads of `red` ended before
-    // this step's __syncthreads.)
+    // The tile is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1: level 16
+    // pairs this warp's classes (w, w + 16), levels 8 to 1 the warps' sums. (The previous tile's
+    // reads of `red` ended before this step's __syncthreads.)
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -311,12 +308,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float(&v)[kCI][kNT][4] = acc[m][mt];
-            float s2;
-            if constexpr (kCI == 4) {
-              s2 = pair_sum(pair_sum(v[0][j][e], v[2][j][e]), pair_sum(v[1][j][e], v[3][j][e]));
-            } else {
-              s2 = pair_sum(v[0][j][e], v[1][j][e]);
-            }
+            const float s2 = pair_sum(v[0][j][e], v[1][j][e]);
             const int r = 16 * mt + g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
             red[((w * kMats + m) * kR + r) * kT + t] = s2;
 #pragma unroll
@@ -334,8 +326,8 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
         float sw[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          sw[k] = red[((k * kMats + m) * kR + r) * kT + t];
-          if constexpr (kW == 16) sw[k] = pair_sum(sw[k], red[(((k + 8) * kMats + m) * kR + r) * kT + t]);
+          sw[k] = pair_sum(red[((k * kMats + m) * kR + r) * kT + t],
+                           red[(((k + 8) * kMats + m) * kR + r) * kT + t]);
         }
         const float s3_0 = pair_sum(sw[0], sw[4]), s3_1 = pair_sum(sw[1], sw[5]);
         const float s3_2 = pair_sum(sw[2], sw[6]), s3_3 = pair_sum(sw[3], sw[7]);
@@ -355,20 +347,29 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
   cp_async_wait<0>();
 }
 
+// The device's SM count (a wave of tiles: one on every SM).
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    GEM_CUDA_CHECK(cudaGetDevice(&dev));
+    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
 // The persistent grid: as many CTAs as fit on the device at once, at most one per tile.
-template <bool kQ8, int kMats, int kNT, int kMT, int kW>
+template <bool kQ8, int kMats, int kNT, int kMT>
 void launch_instance(const NArgs& a, cudaStream_t s) {
-  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT, kW>();
+  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT>();
   static_assert(kSmem <= 227 * 1024);
   constexpr int kThreads = kW * 32;
-  auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT, kW>;
+  auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT>;
   static const int resident = [&] {
-    int dev = 0, n_sm = 0, per_sm = 0;
-    GEM_CUDA_CHECK(cudaGetDevice(&dev));
-    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm = 0;
     GEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
-    return std::max(1, per_sm) * n_sm;
+    return std::max(1, per_sm) * sm_count();
   }();
   const int64_t tiles = (a.rows + 16 * kMT - 1) / (16 * kMT);
   launch(kernel, static_cast<unsigned>(std::min<int64_t>(tiles, resident)), kThreads, kSmem, s, a);
@@ -379,25 +380,20 @@ template <bool kQ8, int kMats>
 void launch_n(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
     if constexpr (kMats == 1) {
-      // 64-row tiles where they take no more waves of rows than 32-row tiles (a wave: one tile
-      // on every SM): each weight byte then costs half the activation copies.
-      static const int n_sm = [] {
-        int dev = 0, v = 0;
-        GEM_CUDA_CHECK(cudaGetDevice(&dev));
-        GEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-        return v;
-      }();
+      // 64-row tiles where they take no more waves of rows than 32-row tiles: each weight byte
+      // then costs half the activation copies.
+      const int64_t n_sm = sm_count();
       const int64_t rows64 = ((a.rows + 63) / 64 + n_sm - 1) / n_sm * 64;
       const int64_t rows32 = ((a.rows + 31) / 32 + n_sm - 1) / n_sm * 32;
-      if (rows64 <= rows32) return launch_instance<kQ8, kMats, 1, 4, 16>(a, s);
+      if (rows64 <= rows32) return launch_instance<kQ8, kMats, 1, 4>(a, s);
     }
-    launch_instance<kQ8, kMats, 1, 2, 16>(a, s);
+    launch_instance<kQ8, kMats, 1, 2>(a, s);
   } else if (a.n <= 16) {
-    launch_instance<kQ8, kMats, 2, 2, 16>(a, s);
+    launch_instance<kQ8, kMats, 2, 2>(a, s);
   } else if constexpr (kMats == 1) {
-    launch_instance<kQ8, kMats, 4, 2, 16>(a, s);
+    launch_instance<kQ8, kMats, 4, 2>(a, s);
   } else {
-    launch_instance<kQ8, kMats, 4, 1, 16>(a, s);
+    launch_instance<kQ8, kMats, 4, 1>(a, s);
   }
 }
 
