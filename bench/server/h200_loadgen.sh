@@ -4,7 +4,10 @@
 # $MODELS (default "12b 31b", `gem synth` files), bench/server/loadgen.py at $CLIENTS (default
 # 1,4,8,16,32) concurrent streaming clients against `gem serve -np 32` and, with WITH_LLAMA=1
 # (the default when .device/llama.cpp exists), against llama-server (-np 32, the same context per
-# slot: -c 32*CTX, flash attention on, KV f16) on the same file; then the agent scenario
+# slot: -c 32*CTX, flash attention on, KV f16; LLAMA_KV="-kvu" by default, its unified cache, which
+# llama-server itself picks when -np is left to it; with one stream per slot (LLAMA_KV="") a
+# ubatch takes equal shares of consecutive sequence ids only (llama_batch_allocr::split_equal,
+# sequential), so a step over many busy slots becomes several weight passes) on the same file; then the agent scenario
 # (a ~30K-token main conversation whose turns alternate with 4 subagent requests) against
 # `gem serve` at -np 1 (today's behaviour) and at the default -np, and llama-server -np 8
 # (the same context per slot).
@@ -29,6 +32,7 @@ PARTS=${PARTS:-load agent}
 BACKEND=${BACKEND:-cuda}  # a local smoke run: GEM=build/bin/gem BACKEND=cpu MODELS=tiny ...
 M=/tmp/models
 PORT=8091
+LLAMA_KV=${LLAMA_KV--kvu}
 mkdir -p $M
 source bench/server/device_build.sh  # llama_pid, GEM
 
@@ -71,7 +75,7 @@ for p in ${MODELS:-12b 31b}; do
     CLIENTS=1 load "gem-$p-np1"; stop; }
   if llama_ready; then
     serve "llama-$p" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 -ctv f16 \
-      -np $NP -c $((CTX * NP)) --port $PORT --metrics && { load "llama-$p"; stop; }
+      -np $NP -c $((CTX * NP)) $LLAMA_KV --port $PORT --metrics && { load "llama-$p"; stop; }
   fi
   ;; esac
   case " $PARTS " in *" agent "*)
@@ -82,7 +86,7 @@ for p in ${MODELS:-12b 31b}; do
     agent "gem-$p-agent-default-np"; stop; }
   if llama_ready; then
     serve "llama-$p-agent" /tmp/llama-build/bin/llama-server -m $M/g$p.gguf -ngl 99 -fa on -ctk f16 \
-      -ctv f16 -np 8 -c $((40960 * 8)) --port $PORT && { agent "llama-$p-agent-np8"; stop; }
+      -ctv f16 -np 8 -c $((40960 * 8)) $LLAMA_KV --port $PORT && { agent "llama-$p-agent-np8"; stop; }
   fi
   ;; esac
 done
