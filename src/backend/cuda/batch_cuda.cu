@@ -1,29 +1,5 @@
 // The CUDA backend's sequence slots (backend.h's batched calls): every layer's K/V cache holds
 // options().n_slots sequences one after another (slot s at s·DevLayer::slot_bytes), each with its
-// own n_past and checkpoint. eval_batch runs the products over all rows of a tile at once and
-// RoPE, attention and the K/V store per run of one slot's consecutive rows, each over its own
-// slot's cache at its own positions. A tile of slot 0's rows alone (a prompt, a verification)
-// goes through eval(), which keeps the decode graphs and the prompt path; a decode-shaped tile
-// (one row per slot) replays a graph captured for its slots.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <span>
-#include <vector>
-
-#include "backend/cuda/attention.cuh"
-#include "backend/cuda/cuda_backend_impl.cuh"
-#include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/matmul_n.cuh"
-#include "backend/cuda/matvec.cuh"
-#include "backend/cuda/norm.cuh"
-#include "backend/cuda/ops.cuh"
-#include "base/log.h"
-
-// The CUDA backend's sequence slots (backend.h's batched calls): every layer's K/V cache holds
-// options().n_slots sequences one after another (slot s at s·DevLayer::slot_bytes), each with its
 // own n_past and checkpoint.
 //
 // eval_batch splits the rows into runs (a slot's consecutive rows). Runs of up to kRowsRunMax rows
