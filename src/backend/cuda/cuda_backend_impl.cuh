@@ -133,6 +133,7 @@ class CudaBackend final : public Backend {
     return static_cast<char*>(L.v_cache) + static_cast<size_t>(slot) * L.slot_bytes;
   }
   void layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
+  bool attention_tile(const model::LayerPlan& p, const DevLayer& L, int n, bool small);
   void gemm(const DevMatrix& w, const __half* x16, int n, float* y);
   void gemm_rows(const __half* w16, int64_t rows, int64_t cols, const __half* x16, int n,
                  float* y);

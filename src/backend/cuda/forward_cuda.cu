@@ -66,9 +66,9 @@ void* CudaBackend::dev_alloc(size_t bytes) {
 
 namespace {
 
-// Prompt tiles of at least this many tokens take the tensor-core attention (attention_prefill);
-// shorter ones (speculative verification, a prompt's tail) the split kernel.
-constexpr int kGemmAttnMin = 16;
+// Tiles of at least this many rows take the tensor-core attention (attention_tile); shorter ones
+// (2 or 3 rows) the split kernel.
+constexpr int kGemmAttnMin = 4;
 // The f32 scores and probabilities of one prefill attention call, at most (query rows are done
 // in as many sub-tiles as this needs).
 constexpr size_t kScoreBudget = size_t{512} << 20;
@@ -363,15 +363,7 @@ void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int 
   cuda::qkv_prologue(qkv_, n, H, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                      L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
   mark(Stage::kRope, p.layer);
-  // The rows attend to the cache and to their own K/V; stored after (a ring may overwrite slots
-  // the rows still read).
-  cuda::AttnArgs a{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots, n, H,
-                   p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
-  cuda::attention(a, stream_, t);
-  mark(Stage::kAttention, p.layer);
-  cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, k_of(L, tile_slot_),
-                 v_of(L, tile_slot_), stream_);
-  mark(Stage::kKvWrite, p.layer);
+  if (attention_tile(p, L, n, true)) cuda::to_f32(x16_, static_cast<int64_t>(n) * H * D, att_, stream_);
   if (cuda::matmul_n_reads_q8(L.wo, n)) cuda::quantize_q8(att_, n, H * D, attq_, stream_);
   cuda::matmul_n(L.wo, att_, attq_, n, a_, 0.0f, stream_, t);
   mark(Stage::kAttnOut, p.layer);
@@ -443,6 +435,44 @@ void CudaBackend::ffn_block(const model::LayerPlan& p, const DevLayer& L, int n,
   mark(Stage::kEpilogue, p.layer);
 }
 
+// The attention of an eval tile (rows from past_[tile_slot_] on, q_/k_/v_ from the prologue),
+// and the store of its K/V. The tensor-core path (attention_prefill: f16 rows into x16_) from
+// kGemmAttnMin rows; for a short eval (`small`: n-token products) only over an f16 cache, since
+// an f32 cache multiplies in TF32 there and short evals keep the split kernel's f32 (which
+// agrees with the CPU reference's greedy picks on the fixtures; TF32 moved one). Short evals at
+// depth gain most (split kernel: every query re-reads the keys; bench/results/cuda.md "Short
+// evals"). Otherwise the split kernel (f32 rows into att_). Returns whether the rows are in x16_.
+bool CudaBackend::attention_tile(const model::LayerPlan& p, const DevLayer& L, int n, bool small) {
+  const int D = p.head_dim, H = p.n_heads;
+  const auto* sp = reinterpret_cast<const cuda::StepParams*>(step_dev_);
+  auto store = [&] {
+    cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, k_of(L, tile_slot_),
+                   v_of(L, tile_slot_), stream_);
+    mark(Stage::kKvWrite, p.layer);
+  };
+  if (n >= kGemmAttnMin && prefill_scratch_ && (L.kv_f16 || !small)) {
+    // A full layer reads the tile's keys from the cache (stored first), a ring layer from the
+    // tile (stored after: the tile may overwrite slots it still needs).
+    if (!L.ring) store();
+    const cuda::PrefillAttnArgs pa{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring,
+                                   L.n_slots, past_[tile_slot_], n, T_, H, p.n_kv_heads, D,
+                                   L.ring ? p.window : 0, x16_, prefill_scratch_,
+                                   prefill_scratch_bytes_};
+    cuda::attention_prefill(pa, cublas_, stream_);
+    mark(Stage::kAttention, p.layer);
+    if (L.ring) store();
+    return true;
+  }
+  // The rows attend to the cache and to their own K/V; stored after (a ring may overwrite slots
+  // the rows still read).
+  cuda::AttnArgs a{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots, n, H,
+                   p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
+  cuda::attention(a, stream_, tuning_);
+  mark(Stage::kAttention, p.layer);
+  store();
+  return false;
+}
+
 void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
   const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads;
   const float eps = cfg_.rms_eps;
@@ -453,28 +483,7 @@ void CudaBackend::layer_prefill(const model::LayerPlan& p, const DevLayer& L, in
   cuda::qkv_prologue(qkv_, n, H, p.n_kv_heads, D, p.v_from_k, L.q_norm, L.k_norm, eps,
                      L.inv_freq, sp, q_, k_, v_, cuda::KvDest{}, stream_);
   mark(Stage::kRope, p.layer);
-  auto store = [&] {
-    cuda::kv_store(k_, v_, n, p.n_kv_heads, D, L.kv_f16, L.ring, L.n_slots, sp, k_of(L, tile_slot_),
-                   v_of(L, tile_slot_), stream_);
-    mark(Stage::kKvWrite, p.layer);
-  };
-  if (n >= kGemmAttnMin && prefill_scratch_) {
-    // Tensor-core attention; a full layer reads the tile's keys from the cache (stored first), a
-    // ring layer from the tile (stored after: the tile may overwrite slots it still needs).
-    if (!L.ring) store();
-    const cuda::PrefillAttnArgs pa{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring,
-                                   L.n_slots, past_[tile_slot_], n, T_, H, p.n_kv_heads, D,
-                                   L.ring ? p.window : 0, x16_, prefill_scratch_,
-                                   prefill_scratch_bytes_};
-    cuda::attention_prefill(pa, cublas_, stream_);
-    mark(Stage::kAttention, p.layer);
-    if (L.ring) store();
-  } else {
-    cuda::AttnArgs a{q_, k_, v_, k_of(L, tile_slot_), v_of(L, tile_slot_), L.kv_f16, L.ring, L.n_slots, n, H,
-                     p.n_kv_heads, D, p.window, splits_for(L, n), sp, part_, att_, Q8Act{}};
-    cuda::attention(a, stream_, tuning_);
-    mark(Stage::kAttention, p.layer);
-    store();
+  if (!attention_tile(p, L, n, false)) {
     cuda::to_f16(att_, static_cast<int64_t>(n) * H * D, x16_, stream_);
   }
   gemm(L.wo, x16_, n, a_);

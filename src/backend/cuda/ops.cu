@@ -163,6 +163,15 @@ __global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
   }
 }
 
+__global__ void to_f32_kernel(const __half* x, int64_t count, float* y) {
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[i] = __half2float(x[i]);
+  }
+}
+
 __global__ void gelu_mul_kernel(const float* gu, int n, int F, float* g) {
   pdl_trigger();
   pdl_wait();
@@ -220,6 +229,11 @@ void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, boo
 
 void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s) {
   launch(to_f16_kernel, grid_for(count, 256), 256, 0, s, x, count, y);
+  GEM_CUDA_LAUNCHED();
+}
+
+void to_f32(const __half* x, int64_t count, float* y, cudaStream_t s) {
+  launch(to_f32_kernel, grid_for(count, 256), 256, 0, s, x, count, y);
   GEM_CUDA_LAUNCHED();
 }
 

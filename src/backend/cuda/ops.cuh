@@ -40,6 +40,7 @@ void qkv_prologue(const float* qkv, int n, int n_heads, int n_kv, int head_dim, 
 void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, bool f16, bool ring,
               int n_slots, const StepParams* sp, void* k_cache, void* v_cache, cudaStream_t s);
 void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s);
+void to_f32(const __half* x, int64_t count, float* y, cudaStream_t s);
 // g[t, i] = gelu_tanh(gu[t, i]) · gu[t, F + i]   (gu: [n, 2F] from the fused gate|up product).
 void gelu_mul(const float* gu, int n, int F, float* g, cudaStream_t s);
 void softcap(float* x, int64_t count, float cap, cudaStream_t s);
