@@ -1,8 +1,9 @@
 // Attention of one layer over the KV cache plus the tile's own keys, split over key ranges
 // (flash decoding): the arguments, the dispatcher, and the parts' size. The decode kernels
 // (attention_decode.cu), the multi-query split kernel (attention_split.cu) and the merge of the
-// splits (attention_merge.cu) are behind it; prompt tiles of 16 tokens or more take the
-// tensor-core path of attention_prefill.cuh instead.
+// splits (attention_merge.cu) are behind it; eval tiles of 4 rows or more take the tensor-core
+// path of attention_prefill.cuh instead (CudaBackend::attention_tile; short evals over an f32
+// cache excepted).
 #pragma once
 
 #include <cuda_runtime.h>
