@@ -154,21 +154,16 @@ __global__ void kv_store_kernel(const float* k, const float* v, int n, int n_kv,
   }
 }
 
-__global__ void to_f16_kernel(const float* x, int64_t count, __half* y) {
+// y[i] = x[i] converted (f32 → f16 rounding to nearest, f16 → f32 exact).
+__device__ __forceinline__ __half convert_to(float v, __half*) { return __float2half_rn(v); }
+__device__ __forceinline__ float convert_to(__half v, float*) { return __half2float(v); }
+template <typename In, typename Out>
+__global__ void convert_kernel(const In* x, int64_t count, Out* y) {
   pdl_trigger();
   pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[i] = __float2half_rn(x[i]);
-  }
-}
-
-__global__ void to_f32_kernel(const __half* x, int64_t count, float* y) {
-  pdl_trigger();
-  pdl_wait();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[i] = __half2float(x[i]);
+    y[i] = convert_to(x[i], static_cast<Out*>(nullptr));
   }
 }
 
@@ -228,12 +223,12 @@ void kv_store(const float* k, const float* v, int n, int n_kv, int head_dim, boo
 }
 
 void to_f16(const float* x, int64_t count, __half* y, cudaStream_t s) {
-  launch(to_f16_kernel, grid_for(count, 256), 256, 0, s, x, count, y);
+  launch(convert_kernel<float, __half>, grid_for(count, 256), 256, 0, s, x, count, y);
   GEM_CUDA_LAUNCHED();
 }
 
 void to_f32(const __half* x, int64_t count, float* y, cudaStream_t s) {
-  launch(to_f32_kernel, grid_for(count, 256), 256, 0, s, x, count, y);
+  launch(convert_kernel<__half, float>, grid_for(count, 256), 256, 0, s, x, count, y);
   GEM_CUDA_LAUNCHED();
 }
 
