@@ -29,6 +29,7 @@ struct ProfileArgs {
   int depth = 0;
   int n_samples = 10;
   std::string rows = "1";
+  std::string parallel;  // batched decode steps: B sequences, one row each
   std::string sweep;
   bool json = false;
   std::string json_file;
@@ -46,6 +47,10 @@ double gbps(uint64_t bytes, double seconds) {
 double pct(double part, double whole) { return whole > 0.0 ? 100.0 * part / whole : 0.0; }
 
 std::string pass_title(const runtime::PassProfile& p) {
+  if (p.batch) {
+    return strprintf("batched decode step: %d sequences, one row each at depth %d", p.rows,
+                     p.depth);
+  }
   return p.rows == 1 ? strprintf("decode step: 1 row at depth %d", p.depth)
                      : strprintf("prompt tile: %d rows at depth %d", p.rows, p.depth);
 }
@@ -68,6 +73,7 @@ nlohmann::json pass_json(const runtime::PassProfile& p) {
   nlohmann::json stages = nlohmann::json::array();
   for (const runtime::StageRow& r : p.stages) stages.push_back(stage_json(r, p.stages_mean_s));
   return {{"rows", p.rows},
+          {"batch", p.batch},
           {"depth", p.depth},
           {"samples", p.n_samples},
           {"stages", stages},
@@ -153,20 +159,29 @@ void print_sweep(const std::vector<runtime::AttentionPoint>& points) {
 
 int run_profile(const ProfileArgs& a) {
   const char* cmd = "profile";
-  std::vector<int> rows, sweep;
+  std::vector<int> rows, batch, sweep;
   if (!a.sweep.empty()) {
     auto s = parse_int_list("--attention-sweep", a.sweep, 0);
     if (!s.ok()) return fail(cmd, s.message());
     sweep = *s;
   } else {
-    auto r = parse_int_list("--rows", a.rows, 1);
-    if (!r.ok()) return fail(cmd, r.message());
-    rows = *r;
+    if (!a.rows.empty()) {
+      auto r = parse_int_list("--rows", a.rows, 1);
+      if (!r.ok()) return fail(cmd, r.message());
+      rows = *r;
+    }
+    if (!a.parallel.empty()) {
+      auto p = parse_int_list("--parallel", a.parallel, 1);
+      if (!p.ok()) return fail(cmd, p.message());
+      batch = *p;
+    }
   }
   const int max_rows = rows.empty() ? 1 : *std::max_element(rows.begin(), rows.end());
   const int max_depth = sweep.empty() ? a.depth : *std::max_element(sweep.begin(), sweep.end());
   const int need_ctx = max_depth + max_rows;
   BackendFlags bf = a.backend;
+  const int max_batch = batch.empty() ? 0 : *std::max_element(batch.begin(), batch.end());
+  bf.n_slots = std::max(1, max_batch);
   if (bf.n_ctx == 0) bf.n_ctx = need_ctx;
   if (bf.n_ctx < need_ctx) {
     return fail(cmd, strprintf("-c %d is smaller than the depth %d + %d rows", bf.n_ctx, max_depth,
@@ -206,6 +221,7 @@ int run_profile(const ProfileArgs& a) {
     runtime::ProfileOptions o;
     o.depth = a.depth;
     o.rows = rows;
+    o.batch = batch;
     o.n_samples = a.n_samples;
     o.sample = !a.no_sample;
     auto r = runtime::profile_stages(b, m, o, profiler);
@@ -251,11 +267,16 @@ RunFn setup_profile(CLI::App& sub) {
       ->check(CLI::Range(1, 1000000));
   auto* rows = sub.add_option("--rows", a->rows,
                               "pass shapes, comma-separated: 1 = a decode step, N = a prompt tile "
-                              "of N rows (e.g. 1,512)");
+                              "of N rows (e.g. 1,512); empty with --parallel: none");
+  auto* parallel = sub.add_option(
+      "--parallel", a->parallel,
+      "batched decode steps, comma-separated: B sequences (slots) at the depth, one row each, "
+      "every row's logits (gem bench --parallel's step; e.g. 8,32)");
   sub.add_option("--attention-sweep", a->sweep,
                  "only attention of a decode step, at each of these depths (comma-separated)")
       ->excludes(depth)
-      ->excludes(rows);
+      ->excludes(rows)
+      ->excludes(parallel);
   sub.add_flag("--json", a->json, "JSON instead of the tables");
   sub.add_option("--json-file", a->json_file, "also write the JSON to this file");
   sub.add_flag("--no-sample", a->no_sample, "do not time picking the token of a decode step");
@@ -279,7 +300,9 @@ RunFn setup_profile(CLI::App& sub) {
   return [a] { return run_profile(*a); };
 }
 
-GEM_COMMAND(profile, "Time each stage of a decode step and a prompt tile (per layer kind, bytes/s)",
+GEM_COMMAND(profile,
+            "Time each stage of a decode step, a prompt tile or a batched decode step (per layer "
+            "kind, bytes/s)",
             setup_profile);
 
 }  // namespace

@@ -37,7 +37,7 @@ int layers_in(const model::Model& m, StageScope scope) {
 
 // The bytes of one layer's stage (f32 activations: 4 bytes a value).
 StageBytes layer_stage_bytes(const model::Model& m, model::KvType kv, Stage stage, int layer,
-                             int rows, int depth) {
+                             int rows, int depth, bool batch) {
   const model::LayerPlan& p = m.plan[layer];
   const model::LayerWeights& w = m.weights.layers[layer];
   const uint64_t n = rows, e = m.config.n_embd, f = m.config.n_ff;
@@ -71,7 +71,8 @@ StageBytes layer_stage_bytes(const model::Model& m, model::KvType kv, Stage stag
       const uint64_t cached = p.kind == model::AttnKind::kSliding && p.window > 0
                                   ? std::min(depth, p.window - 1)
                                   : depth;
-      b.kv = (cached + n) * 2 * kvw * elem;
+      // A batch: each of the n sequences reads its own cached keys and its row's key.
+      b.kv = (batch ? n * (cached + 1) : cached + n) * 2 * kvw * elem;
       b.activations = 4 * n * 2 * qw;
       break;
     }
@@ -101,7 +102,7 @@ StageBytes layer_stage_bytes(const model::Model& m, model::KvType kv, Stage stag
   return b;
 }
 
-StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows) {
+StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows, bool batch) {
   const uint64_t n = rows, e = m.config.n_embd, v = m.config.n_vocab;
   const model::TensorView& embd = m.weights.token_embd;
   StageBytes b;
@@ -115,7 +116,7 @@ StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows) {
       break;
     case Stage::kHead:
       b.weights = embd.n_bytes + m.weights.output_norm.n_bytes;
-      b.activations = 4 * (e + v);  // the last row only
+      b.activations = 4 * (batch ? n : 1) * (e + v);  // the last row only, or every sequence's
       break;
     case Stage::kSample:
       b.activations = 4 * v;
@@ -141,7 +142,8 @@ struct SampleSums {
 
 // Mean and min over the samples of each (stage, scope) seen in any of them.
 std::vector<StageRow> stage_rows(const model::Model& m, model::KvType kv,
-                                 const std::vector<SampleSums>& samples, int rows, int depth) {
+                                 const std::vector<SampleSums>& samples, int rows, int depth,
+                                 bool batch = false) {
   std::vector<StageRow> out;
   for (int st = 0; st < kStageCount; ++st) {
     for (int sc = 0; sc < kScopeCount; ++sc) {
@@ -158,7 +160,7 @@ std::vector<StageRow> stage_rows(const model::Model& m, model::KvType kv,
         r.min_s = std::min(r.min_s, x.s[st][sc]);
       }
       r.mean_s /= static_cast<double>(samples.size());
-      r.bytes = stage_bytes(m, kv, r.stage, r.scope, rows, depth);
+      r.bytes = stage_bytes(m, kv, r.stage, r.scope, rows, depth, batch);
       out.push_back(r);
     }
   }
@@ -220,6 +222,59 @@ Result<double> plain_pass(Backend& b, std::span<const int32_t> tokens) {
   return timer.seconds();
 }
 
+// A batched decode step: sequence s (slot s) decodes tokens[s] at `depth`, every row's logits;
+// then every slot goes back to the depth. Profiled when `profiler` is set; *wall is the
+// eval_batch's time, as gem bench --parallel times a step.
+Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageProfiler* profiler,
+                  double* wall) {
+  std::vector<BatchRow> rows;
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    rows.push_back(BatchRow{static_cast<int32_t>(s), depth, tokens[s], true});
+  }
+  if (profiler != nullptr) {
+    profiler->clear();
+    GEM_RETURN_IF_ERROR(b.set_stage_profiler(profiler));
+  }
+  Timer timer;
+  Status st = b.eval_batch(rows);
+  *wall = timer.seconds();
+  if (profiler != nullptr) GEM_RETURN_IF_ERROR(b.set_stage_profiler(nullptr));
+  GEM_RETURN_IF_ERROR(st);
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    GEM_RETURN_IF_ERROR(b.slot_truncate(static_cast<int>(s), depth));
+  }
+  return ok_status();
+}
+
+// Means, minima and totals of one shape's samples.
+PassProfile summarise(const model::Model& model, model::KvType kv, int rows, bool batch,
+                      int depth, const std::vector<SampleSums>& sums,
+                      const std::vector<double>& plain, double profiled_wall_mean) {
+  PassProfile pass;
+  pass.rows = rows;
+  pass.batch = batch;
+  pass.depth = depth;
+  pass.n_samples = static_cast<int>(sums.size());
+  pass.profiled_eval_mean_s = profiled_wall_mean;
+  pass.stages = stage_rows(model, kv, sums, rows, depth, batch);
+  for (const StageRow& r : pass.stages) {
+    pass.stages_mean_s += r.mean_s;
+    if (r.stage != Stage::kSample) pass.forward_mean_s += r.mean_s;
+  }
+  pass.forward_min_s = -1.0;
+  for (const SampleSums& x : sums) {
+    double forward = 0.0;
+    for (int st = 0; st < kStageCount; ++st) {
+      if (static_cast<Stage>(st) == Stage::kSample) continue;
+      for (int sc = 0; sc < kScopeCount; ++sc) forward += x.s[st][sc];
+    }
+    if (pass.forward_min_s < 0.0 || forward < pass.forward_min_s) pass.forward_min_s = forward;
+  }
+  for (double t : plain) pass.plain_mean_s += t / plain.size();
+  pass.plain_min_s = *std::min_element(plain.begin(), plain.end());
+  return pass;
+}
+
 }  // namespace
 
 std::string_view scope_name(StageScope s) {
@@ -235,12 +290,12 @@ std::string_view scope_name(StageScope s) {
 }
 
 StageBytes stage_bytes(const model::Model& model, model::KvType kv_type, Stage stage,
-                       StageScope scope, int rows, int depth) {
-  if (scope == StageScope::kGlobal) return global_stage_bytes(model, stage, rows);
+                       StageScope scope, int rows, int depth, bool batch) {
+  if (scope == StageScope::kGlobal) return global_stage_bytes(model, stage, rows, batch);
   StageBytes sum;
   for (int l = 0; l < static_cast<int>(model.plan.size()); ++l) {
     if (scope_of(model, l) != scope) continue;
-    const StageBytes b = layer_stage_bytes(model, kv_type, stage, l, rows, depth);
+    const StageBytes b = layer_stage_bytes(model, kv_type, stage, l, rows, depth, batch);
     sum.weights += b.weights;
     sum.kv += b.kv;
     sum.activations += b.activations;
@@ -260,7 +315,20 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
                                      const ProfileOptions& o, StageProfiler& profiler) {
   if (o.depth < 0) return errorf("profile: depth %d, expected >= 0", o.depth);
   if (o.n_samples < 1) return errorf("profile: %d samples, expected at least 1", o.n_samples);
-  if (o.rows.empty()) return errorf("profile: no pass shape (rows) given");
+  if (o.rows.empty() && o.batch.empty()) return errorf("profile: no pass shape (rows) given");
+  int max_batch = 0;
+  for (int b : o.batch) {
+    if (b < 1) return errorf("profile: a batch of %d sequences, expected at least 1", b);
+    max_batch = std::max(max_batch, b);
+  }
+  if (max_batch > backend.options().n_slots) {
+    return errorf("profile: a batch of %d sequences needs %d slots, the backend has %d", max_batch,
+                  max_batch, backend.options().n_slots);
+  }
+  if (max_batch > 0 && static_cast<int64_t>(o.depth) + 1 > backend.options().n_ctx) {
+    return errorf("profile: depth %d + 1 row exceeds the backend's context of %d", o.depth,
+                  backend.options().n_ctx);
+  }
   int max_rows = 0;
   for (int r : o.rows) {
     if (r < 1) return errorf("profile: a pass of %d rows, expected at least 1", r);
@@ -301,38 +369,44 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
     GEM_RETURN_IF_ERROR(profiled_pass(backend, tokens, profiler, sample, history, rng, &wall));
     if (auto w = plain_pass(backend, tokens); !w.ok()) return w.status();
 
-    PassProfile pass;
-    pass.rows = rows;
-    pass.depth = o.depth;
-    pass.n_samples = o.n_samples;
     std::vector<SampleSums> sums(o.n_samples);
     std::vector<double> plain;
+    double wall_mean = 0.0;
     for (int i = 0; i < o.n_samples; ++i) {
       auto t = plain_pass(backend, tokens);
       if (!t.ok()) return t.status();
       plain.push_back(*t);
       GEM_RETURN_IF_ERROR(profiled_pass(backend, tokens, profiler, sample, history, rng, &wall));
       sums[i].add(model, profiler);
-      pass.profiled_eval_mean_s += wall / o.n_samples;
+      wall_mean += wall / o.n_samples;
     }
-    pass.stages = stage_rows(model, bo.kv_type, sums, rows, o.depth);
-    for (const StageRow& r : pass.stages) {
-      pass.stages_mean_s += r.mean_s;
-      if (r.stage != Stage::kSample) pass.forward_mean_s += r.mean_s;
-    }
-    pass.forward_min_s = -1.0;
-    for (const SampleSums& x : sums) {
-      double forward = 0.0;
-      for (int st = 0; st < kStageCount; ++st) {
-        if (static_cast<Stage>(st) == Stage::kSample) continue;
-        for (int sc = 0; sc < kScopeCount; ++sc) forward += x.s[st][sc];
-      }
-      if (pass.forward_min_s < 0.0 || forward < pass.forward_min_s) pass.forward_min_s = forward;
-    }
-    for (double t : plain) pass.plain_mean_s += t / plain.size();
-    pass.plain_min_s = *std::min_element(plain.begin(), plain.end());
+    PassProfile pass = summarise(model, bo.kv_type, rows, false, o.depth, sums, plain, wall_mean);
     report.passes.push_back(std::move(pass));
   }
+  if (max_batch > 0) {
+    backend.restore();
+    for (int s = 1; s < max_batch; ++s) GEM_RETURN_IF_ERROR(backend.slot_fork(0, s));
+  }
+  for (int n_seq : o.batch) {
+    const std::vector<int32_t> tokens = synthetic_tokens(o.seed + 1000 + n_seq, n_seq, n_vocab);
+    double wall = 0.0;
+    // Warm-up, untimed (the rows pass's graphs, allocations), profiled and plain.
+    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, &wall));
+    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &wall));
+    std::vector<SampleSums> sums(o.n_samples);
+    std::vector<double> plain;
+    double wall_mean = 0.0;
+    for (int i = 0; i < o.n_samples; ++i) {
+      GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &wall));
+      plain.push_back(wall);
+      GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, &wall));
+      sums[i].add(model, profiler);
+      wall_mean += wall / o.n_samples;
+    }
+    report.passes.push_back(
+        summarise(model, bo.kv_type, n_seq, true, o.depth, sums, plain, wall_mean));
+  }
+  for (int s = 1; s < max_batch; ++s) backend.slot_reset(s);
   report.method = profiler.method();
   backend.restore();
   return report;

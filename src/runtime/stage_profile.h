@@ -31,9 +31,11 @@ struct StageBytes {
 };
 
 // The bytes of `stage` over the layers of `scope` (kGlobal: the stages outside the layers) for a
-// pass of `rows` rows whose first row sits at cache depth `depth`, logits for the last row only.
+// pass of `rows` rows whose first row sits at cache depth `depth`, logits for the last row only;
+// with `batch`, a batched decode step: `rows` sequences, one row each at `depth`, every row's
+// logits.
 StageBytes stage_bytes(const model::Model& model, model::KvType kv_type, Stage stage,
-                       StageScope scope, int rows, int depth);
+                       StageScope scope, int rows, int depth, bool batch = false);
 
 // One stage of one scope: time per pass over the samples, and its bytes.
 struct StageRow {
@@ -48,6 +50,7 @@ struct StageRow {
 // The profile of one pass shape.
 struct PassProfile {
   int rows = 1;
+  bool batch = false;  // rows sequences decoded together (eval_batch), not one sequence's rows
   int depth = 0;
   int n_samples = 0;
   std::vector<StageRow> stages;       // stage order, then sliding, full, global
@@ -62,6 +65,9 @@ struct PassProfile {
 struct ProfileOptions {
   int depth = 0;             // cache depth every sample starts from
   std::vector<int> rows{1};  // pass shapes: 1 = a decode step, N = a prompt tile of N rows
+  // Batched decode steps (eval_batch): B sequences at the depth, one row each; the backend needs
+  // B slots. Profiled after the rows shapes.
+  std::vector<int> batch;
   int n_samples = 10;        // timed samples per shape (each also timed plain)
   bool sample = true;        // decode: time picking the token (the model's recommended sampling)
   uint32_t seed = 42;        // synthetic tokens
@@ -76,8 +82,9 @@ struct ProfileReport {
 std::vector<int32_t> synthetic_tokens(uint32_t seed, int n, int n_vocab);
 
 // Resets the cache, evaluates synthetic_tokens(options.seed, depth) and checkpoints; profiles
-// every shape from there. On return profiling is off and the cache is restored: n_past() ==
-// depth, holding those tokens. The backend's n_ctx must hold depth + the largest shape, and its
+// every shape from there. A batched shape copies slot 0 into slots 1..B-1 (slot_fork) and, after
+// each sample, truncates every slot back to the depth. On return profiling is off and the cache
+// is restored: n_past() == depth, holding those tokens, the other slots empty. The backend's n_ctx must hold depth + the largest shape, and its
 // n_tile the largest shape (one tile per pass).
 Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model,
                                      const ProfileOptions& options, StageProfiler& profiler);

@@ -29,7 +29,7 @@ struct Loaded {
   std::unique_ptr<Backend> backend;
 };
 
-Loaded load(const std::string& path, int n_ctx, int n_tile) {
+Loaded load(const std::string& path, int n_ctx, int n_tile, int n_slots = 1) {
   Loaded l;
   auto m = model::load_model(path);
   EXPECT_TRUE(m.ok()) << m.message();
@@ -39,6 +39,7 @@ Loaded load(const std::string& path, int n_ctx, int n_tile) {
   o.n_ctx = n_ctx;
   o.n_tile = n_tile;
   o.kv_type = model::KvType::kF16;
+  o.n_slots = n_slots;
   auto b = make_cuda_backend(*l.model, o);
   EXPECT_TRUE(b.ok()) << b.message();
   if (b.ok()) l.backend = std::move(b).value();
@@ -53,13 +54,13 @@ std::set<std::string> stages_of(const runtime::PassProfile& p, runtime::StageSco
   return out;
 }
 
-// Stages every CUDA pass marks for each layer kind (decode: kv_write only where the decode kernel
-// cannot take the token's K/V from the prologue; gelu is the q8 quantisation of Q4_0's ffn_down).
+// Stages every CUDA pass marks for each layer kind (decode and the rows pass of a batched step:
+// no kv_write, the prologue writes the K/V; gelu is the q8 quantisation of Q4_0's ffn_down).
 void check_stages(const runtime::PassProfile& p) {
   SCOPED_TRACE("rows " + std::to_string(p.rows));
   std::vector<std::string> want = {"qkv",      "rope",        "attention", "attn_out",
                                    "epilogue", "ffn_gate_up", "gelu",      "ffn_down"};
-  if (p.rows > 1) want.push_back("kv_write");
+  if (p.rows > 1 && !p.batch) want.push_back("kv_write");
   for (runtime::StageScope scope : {runtime::StageScope::kSliding, runtime::StageScope::kFull}) {
     const std::set<std::string> got = stages_of(p, scope);
     for (const std::string& s : want) {
@@ -68,7 +69,7 @@ void check_stages(const runtime::PassProfile& p) {
   }
   const std::set<std::string> global = stages_of(p, runtime::StageScope::kGlobal);
   for (const char* s : {"setup", "embed", "head"}) EXPECT_TRUE(global.count(s)) << s;
-  EXPECT_EQ(global.count("sample") == 1, p.rows == 1);
+  EXPECT_EQ(global.count("sample") == 1, p.rows == 1 && !p.batch);
   for (const runtime::StageRow& r : p.stages) {
     EXPECT_GE(r.min_s, 0.0) << stage_name(r.stage);
     EXPECT_GE(r.mean_s, r.min_s) << stage_name(r.stage);
@@ -101,6 +102,29 @@ TEST(CudaProfile, StagesOfBothLayerKinds) {
     for (const runtime::PassProfile& p : r->passes) check_stages(p);
     EXPECT_EQ(l.backend->n_past(), 40);
   }
+}
+
+// gem profile --parallel: the rows pass of a batched decode step, profiled eagerly, marks every
+// stage; afterwards slot 0 is at the depth and the other slots are empty.
+TEST(CudaProfile, BatchedDecodeStepStages) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  Loaded l = load(path, 256, 64, 4);
+  ASSERT_TRUE(l.backend);
+  StageProfiler profiler;
+  runtime::ProfileOptions o;
+  o.depth = 40;
+  o.rows = {};
+  o.batch = {4};
+  o.n_samples = 3;
+  auto r = runtime::profile_stages(*l.backend, *l.model, o, profiler);
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(r->passes.size(), 1u);
+  EXPECT_TRUE(r->passes[0].batch);
+  check_stages(r->passes[0]);
+  EXPECT_EQ(l.backend->slot_n_past(0), 40);
+  for (int s = 1; s < 4; ++s) EXPECT_EQ(l.backend->slot_n_past(s), 0) << s;
 }
 
 // The decode step's stages, timed inside a graph of the production launches, against the plain

@@ -118,11 +118,42 @@ TEST(ProfileCli, TableAndAttentionSweep) {
             j["attention_sweep"][0]["full"]["kv_bytes"].get<uint64_t>());
 }
 
+// --parallel B: a batched decode step of B sequences (B slots), titled as such, in the JSON with
+// batch true, each sequence's keys in attention's bytes.
+TEST(ProfileCli, BatchedDecodeStep) {
+  GEM_REQUIRE_FIXTURE(fixture("tiny-q4_0.gguf"));
+  auto [rc, text] = run_command(base() + " -d 12 -n 1 --parallel 3 2>/dev/null");
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("decode step: 1 row at depth 12"), std::string::npos) << text;
+  EXPECT_NE(text.find("batched decode step: 3 sequences, one row each at depth 12"),
+            std::string::npos)
+      << text;
+  auto [rc2, out] = run_command(base() + " -d 12 -n 1 --parallel 3 --json 2>/dev/null");
+  ASSERT_EQ(rc2, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["passes"].size(), 2u);
+  EXPECT_EQ(j["passes"][0]["batch"], false);
+  EXPECT_EQ(j["passes"][1]["batch"], true);
+  EXPECT_EQ(j["passes"][1]["rows"], 3);
+  auto kv_of = [](const nlohmann::json& pass, const char* kind) {
+    for (const auto& s : pass["stages"]) {
+      if (s["stage"] == "attention" && s["kind"] == kind) return s["kv_bytes"].get<uint64_t>();
+    }
+    return uint64_t{0};
+  };
+  for (const char* kind : {"sliding", "full"}) {
+    EXPECT_GT(kv_of(j["passes"][0], kind), 0u) << kind;
+    EXPECT_EQ(kv_of(j["passes"][1], kind), 3 * kv_of(j["passes"][0], kind)) << kind;
+  }
+}
+
 TEST(ProfileCli, RejectsBadFlags) {
   GEM_REQUIRE_FIXTURE(fixture("tiny-q4_0.gguf"));
   const std::pair<std::string, std::string> cases[] = {
       {"--rows 0", "--rows: '0' is not an integer >= 1"},
       {"--rows 1,abc", "'abc'"},
+      {"--parallel 0", "--parallel: '0' is not an integer >= 1"},
+      {"--attention-sweep 5 --parallel 2", "excludes"},
       {"--attention-sweep 4,-2", "--attention-sweep: '-2'"},
       {"-n 0", "--samples"},
       {"-d -5", "--depth"},

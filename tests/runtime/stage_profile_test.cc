@@ -27,7 +27,7 @@ struct Loaded {
 };
 
 Loaded make(bool reference, int n_ctx = 256, int n_tile = 64,
-            model::KvType kv = model::KvType::kF16) {
+            model::KvType kv = model::KvType::kF16, int n_slots = 1) {
   Loaded s;
   const std::string path = test::fixture("tiny-q4_0.gguf");
   EXPECT_TRUE(test::file_exists(path)) << test::missing_fixture_message(path);
@@ -39,6 +39,7 @@ Loaded make(bool reference, int n_ctx = 256, int n_tile = 64,
   o.n_ctx = n_ctx;
   o.n_tile = n_tile;
   o.kv_type = kv;
+  o.n_slots = n_slots;
   o.n_threads = 2;
   o.reference = reference;
   auto b = cpu::make_cpu_backend(*s.model, o);
@@ -75,8 +76,8 @@ void check_pass(const PassProfile& p, const model::Model& m, const std::string& 
   }
   EXPECT_NE(find_row(p, Stage::kEmbed, StageScope::kGlobal), nullptr);
   EXPECT_NE(find_row(p, Stage::kHead, StageScope::kGlobal), nullptr);
-  // Sampling is timed for decode steps only.
-  EXPECT_EQ(find_row(p, Stage::kSample, StageScope::kGlobal) != nullptr, p.rows == 1);
+  // Sampling is timed for one-sequence decode steps only.
+  EXPECT_EQ(find_row(p, Stage::kSample, StageScope::kGlobal) != nullptr, p.rows == 1 && !p.batch);
   double sum = 0.0;
   for (const StageRow& r : p.stages) {
     EXPECT_GE(r.min_s, 0.0) << stage_name(r.stage);
@@ -265,6 +266,64 @@ TEST(StageProfile, RejectsShapesTheBackendCannotHold) {
   o.depth = 0;
   o.n_samples = 0;
   EXPECT_FALSE(profile_stages(*s.backend, *s.model, o, profiler).ok());
+}
+
+// Batched decode steps (gem profile --parallel): every stage of both layer kinds, the weights
+// read once per step (the decode step's bytes), each sequence's own keys and logits; afterwards
+// slot 0 holds the depth exactly and the other slots are empty.
+TEST(StageProfile, BatchedDecodeSteps) {
+  const int depth = 30;
+  Loaded s = make(false, 256, 64, model::KvType::kF16, /*n_slots=*/4);
+  ASSERT_TRUE(s.backend);
+  const model::Model& m = *s.model;
+  StageProfiler profiler;
+  ProfileOptions o;
+  o.depth = depth;
+  o.rows = {1};
+  o.batch = {1, 3};
+  o.n_samples = 2;
+  o.seed = 9;
+  auto r = profile_stages(*s.backend, m, o, profiler);
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(r->passes.size(), 3u);
+  const PassProfile& decode = r->passes[0];
+  EXPECT_FALSE(decode.batch);
+  for (size_t i = 1; i < 3; ++i) {
+    const PassProfile& p = r->passes[i];
+    EXPECT_TRUE(p.batch);
+    EXPECT_EQ(p.rows, i == 1 ? 1 : 3);
+    check_pass(p, m, "batch");
+    for (StageScope scope : {StageScope::kSliding, StageScope::kFull}) {
+      for (Stage st : {Stage::kQkv, Stage::kAttnOut, Stage::kFfnGateUp, Stage::kFfnDown}) {
+        EXPECT_EQ(find_row(p, st, scope)->bytes.weights, find_row(decode, st, scope)->bytes.weights)
+            << stage_name(st);
+      }
+      EXPECT_EQ(find_row(p, Stage::kAttention, scope)->bytes.kv,
+                static_cast<uint64_t>(p.rows) * find_row(decode, Stage::kAttention, scope)->bytes.kv);
+    }
+    EXPECT_EQ(find_row(p, Stage::kHead, StageScope::kGlobal)->bytes.weights,
+              find_row(decode, Stage::kHead, StageScope::kGlobal)->bytes.weights);
+  }
+  EXPECT_EQ(s.backend->slot_n_past(0), depth);
+  for (int slot = 1; slot < 4; ++slot) EXPECT_EQ(s.backend->slot_n_past(slot), 0) << slot;
+
+  Loaded fresh = make(false);
+  ASSERT_TRUE(fresh.backend);
+  ASSERT_TRUE(fresh.backend->eval(synthetic_tokens(9, depth, m.config.n_vocab), false).ok());
+  const int32_t next[] = {77};
+  ASSERT_TRUE(s.backend->eval(next, false).ok());
+  ASSERT_TRUE(fresh.backend->eval(next, false).ok());
+  const std::span<const float> a = s.backend->logits(), b = fresh.backend->logits();
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+  EXPECT_LT(worst, 1e-4);
+
+  o.batch = {5};  // more sequences than slots
+  auto bad = profile_stages(*s.backend, m, o, profiler);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("needs 5 slots, the backend has 4"), std::string::npos)
+      << bad.message();
 }
 
 TEST(StageProfile, AttentionSweep) {

@@ -238,6 +238,9 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
       rows_host_[j] = cuda::RowParams{r.pos, r.slot, j, 0};
       any = any || r.logits;
     }
+    // Profiled (gem profile --parallel): the pass runs eagerly with its stage marks; collected
+    // after the synchronisation below, as eval() collects a tile's.
+    if (profiler_ != nullptr) GEM_CUDA_CHECK(cudaEventRecord(prof_events_[0], stream_));
     rows_pass(n, any);
     if (keep_hidden_) {
       std::vector<int> ranks(n);
@@ -257,6 +260,10 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
       }
     }
     GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (profiler_ != nullptr) {
+      prof_step_marks_ = &prof_marks_;
+      prof_collect();
+    }
     for (int i : pending) past_[rows[i].slot] = std::max(past_[rows[i].slot], rows[i].pos + 1);
     pending.clear();
     return ok_status();
