@@ -195,6 +195,22 @@ TEST(StageProfile, AttentionKvBytesFollowTheDepth) {
   }
 }
 
+// The next token's logits on s equal those of a fresh backend that evaluated only the profile's
+// fill (synthetic_tokens(seed, depth)): s's slot 0 holds exactly that cache.
+void expect_holds_the_fill(Loaded& s, uint32_t seed, int depth, int32_t token) {
+  Loaded fresh = make(false);
+  ASSERT_TRUE(fresh.backend);
+  ASSERT_TRUE(fresh.backend->eval(synthetic_tokens(seed, depth, s.model->config.n_vocab), false).ok());
+  const int32_t next[] = {token};
+  ASSERT_TRUE(s.backend->eval(next, false).ok());
+  ASSERT_TRUE(fresh.backend->eval(next, false).ok());
+  const std::span<const float> a = s.backend->logits(), b = fresh.backend->logits();
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+  EXPECT_LT(worst, 1e-4);
+}
+
 // After profiling the cache holds exactly the depth it was brought to: n_past() is the depth and
 // the next token's logits are those of a backend that only evaluated the same tokens.
 TEST(StageProfile, DepthIsRestored) {
@@ -211,18 +227,7 @@ TEST(StageProfile, DepthIsRestored) {
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(s.backend->n_past(), depth);
 
-  Loaded fresh = make(false);
-  ASSERT_TRUE(fresh.backend);
-  const std::vector<int32_t> fill = synthetic_tokens(7, depth, s.model->config.n_vocab);
-  ASSERT_TRUE(fresh.backend->eval(fill, false).ok());
-  const int32_t next[] = {123};
-  ASSERT_TRUE(s.backend->eval(next, false).ok());
-  ASSERT_TRUE(fresh.backend->eval(next, false).ok());
-  const std::span<const float> a = s.backend->logits(), b = fresh.backend->logits();
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
-  EXPECT_LT(worst, 1e-4);
+  expect_holds_the_fill(s, 7, depth, 123);
 }
 
 // Off means off: with the profiler removed, evals add nothing to it; a CUDA-only timing is
@@ -307,17 +312,7 @@ TEST(StageProfile, BatchedDecodeSteps) {
   EXPECT_EQ(s.backend->slot_n_past(0), depth);
   for (int slot = 1; slot < 4; ++slot) EXPECT_EQ(s.backend->slot_n_past(slot), 0) << slot;
 
-  Loaded fresh = make(false);
-  ASSERT_TRUE(fresh.backend);
-  ASSERT_TRUE(fresh.backend->eval(synthetic_tokens(9, depth, m.config.n_vocab), false).ok());
-  const int32_t next[] = {77};
-  ASSERT_TRUE(s.backend->eval(next, false).ok());
-  ASSERT_TRUE(fresh.backend->eval(next, false).ok());
-  const std::span<const float> a = s.backend->logits(), b = fresh.backend->logits();
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
-  EXPECT_LT(worst, 1e-4);
+  expect_holds_the_fill(s, 9, depth, 77);
 
   o.batch = {5};  // more sequences than slots
   auto bad = profile_stages(*s.backend, m, o, profiler);
