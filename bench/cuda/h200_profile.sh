@@ -4,7 +4,9 @@
 # gem synth files), at each of $DEPTHS (default "0 32768"): the stage profile of a decode step
 # and of a 512-row prompt tile (table and JSON), gem bench's decode at the same depth and context
 # for comparison, and, at the deepest depth, the decode step timed the two other ways
-# (--timing graph-inline, eager); then the attention sweep. Everything lands in $OUT.
+# (--timing graph-inline, eager); then the attention sweep; then batched decode steps of
+# $PARALLEL sequences (default "8,16,32"; "" skips them) at depth 512, the shape of gem bench
+# --parallel's test (-p 512 -n 128), beside one decode step there. Everything lands in $OUT.
 #   bash bench/cuda/h200_profile.sh                 (MODELS=12b DEPTHS=0 to narrow it)
 set -u
 OUT=${OUT:-/tmp/gem-out}
@@ -72,5 +74,12 @@ EOF
     -n 10 --json-file "$OUT/attention_$p.json" >"$OUT/attention_$p.md" 2>>"$OUT/profile_$p.log" ||
     log "attention sweep $p failed"
   cat "$OUT/attention_$p.md" >>"$OUT/profile.txt"
+  if [ -n "${PARALLEL-8,16,32}" ]; then
+    log "gem profile $p batched decode steps (--parallel ${PARALLEL-8,16,32}) at depth 512"
+    $GEM profile -m $M/g$p.gguf --backend cuda -d 512 -c 1024 --rows 1 --parallel "${PARALLEL-8,16,32}" \
+      -n $SAMPLES --json-file "$OUT/profile_${p}_parallel.json" >"$OUT/profile_${p}_parallel.md" \
+      2>>"$OUT/profile_$p.log" || log "gem profile --parallel $p failed (see profile_$p.log)"
+    cat "$OUT/profile_${p}_parallel.md" >>"$OUT/profile.txt"
+  fi
 done
 log done
