@@ -851,6 +851,14 @@ void Server::handle(const http::Request& req, http::Response& res) {
     }
     return send_json(res, 200, slots_json());
   }
+  if (p.starts_with("/slots/")) {
+    // llama-server's slot actions (POST /slots/ID?action=save|restore|erase): gem keeps each
+    // slot's prefix cache in memory only, so they are refused as llama-server refuses them
+    // without --slot-save-path, saying why.
+    return send_error(res, api_error(501, "not_supported_error",
+                                     "This server does not support slots action (save, restore, "
+                                     "erase): gem keeps each slot's prefix cache in memory only"));
+  }
   if (p == "/v1/chat/completions" || p == "/chat/completions") {
     if (req.method != "POST") {
       return send_error(res, api_error(405, "invalid_request_error", "use POST " + p));

@@ -178,6 +178,17 @@ TEST(Dropin, MetricsAndSlots) {
   EXPECT_EQ(slots[0]["is_processing"], false);
   EXPECT_EQ(slots[0]["next_token"][0]["n_decoded"], 4);
   EXPECT_EQ(c.Get("/slots?fail_on_no_slot=1")->status, 200);
+  // llama-server's slot actions: refused (501, as llama-server without --slot-save-path), saying
+  // why, not a 404.
+  for (const char* action : {"save", "restore", "erase"}) {
+    auto a = c.Post((std::string("/slots/0?action=") + action).c_str(), R"({"filename":"s.bin"})",
+                    "application/json");
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->status, 501) << action;
+    const json e = json::parse(a->body)["error"];
+    EXPECT_EQ(e["type"], "not_supported_error") << action;
+    EXPECT_NE(e["message"].get<std::string>().find("slots action"), std::string::npos) << action;
+  }
 
   // Switched off: 501 with an error naming the flag.
   server::ServerOptions off;
