@@ -234,6 +234,13 @@ void add_serve_options(CLI::App& app, ServeArgs& a, bool with_port) {
                                  "repacked into memory at load)");
                         },
                         "ignored")->group(kIgnored);
+  app.add_option_function<std::string>(
+         "--slot-save-path",
+         [notice](const std::string&) {
+           notice("--slot-save-path is ignored: gem keeps each slot's prefix cache in memory only "
+                  "(POST /slots/ID?action=... answers 501)");
+         },
+         "DIR: ignored (no slot save/restore)")->group(kIgnored);
   app.add_flag_function("--cont-batching,--no-cont-batching",
                         [notice](int64_t) {
                           notice("-cb/--cont-batching is ignored: with -np > 1 batching is always "

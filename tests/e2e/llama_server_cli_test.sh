@@ -41,9 +41,11 @@ echo "sk-test-key" > "$tmp/key"
 serve -m "$MODEL" --jinja -ngl 99 -fa on -ctk f16 -ctv f16 -np 4 -n 512 --temp 0.7 --top-k 40 \
   --top-p 0.95 --min-p 0.05 --seed 42 --repeat-penalty 1.1 --reasoning-format deepseek \
   --reasoning-budget -1 --chat-template-kwargs '{"enable_thinking":false}' --metrics --slots \
-  --no-webui --api-key-file "$tmp/key" -c 1024 -t 2 -b 2048 -ub 128 --alias gem-cli
+  --no-webui --api-key-file "$tmp/key" -c 1024 -t 2 -b 2048 -ub 128 --alias gem-cli \
+  --slot-save-path "$tmp/slots"
 wait_ready
-for n in "-ngl is ignored" "-fa is ignored" "--jinja/--no-jinja are ignored" "slots: 4 (-np)" "-b is ignored"; do
+for n in "-ngl is ignored" "-fa is ignored" "--jinja/--no-jinja are ignored" "slots: 4 (-np)" "-b is ignored" \
+         "--slot-save-path is ignored"; do
   grep -qF -- "$n" "$LOG" || fail "no notice \"$n\": $(cat "$LOG")"
 done
 auth=(-H "Authorization: Bearer sk-test-key")
