@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 
@@ -87,6 +88,10 @@ Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const B
   options.n_tile = f.n_tile;
   options.reference = f.reference;
   options.n_slots = std::max(1, f.n_slots);
+  if (options.n_slots > kMaxSlots) {
+    return errorf("-np/--parallel %d: expected at most %d sequence slots", options.n_slots,
+                  kMaxSlots);
+  }
   std::string kind = f.backend;
 #ifdef GEM_HAVE_CUDA
   if (kind == "auto") kind = cuda_device_available() && !f.reference ? "cuda" : "cpu";
@@ -95,7 +100,16 @@ Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const B
   if (kind == "cuda") return errorf("--backend cuda: this gem was built without CUDA");
   if (kind == "auto") kind = "cpu";
 #endif
-  return cpu::make_cpu_backend(model, options);
+  try {
+    return cpu::make_cpu_backend(model, options);
+  } catch (const std::bad_alloc&) {
+    const double gib = static_cast<double>(model::kv_cache_bytes(
+                           model.plan, options.n_ctx, options.kv_type, options.n_slots)) /
+                       (1 << 30);
+    return errorf("cpu: cannot allocate the KV caches of %d slots of %d positions (%.1f GiB); "
+                  "use fewer slots (-np) or a smaller context (-c)",
+                  options.n_slots, options.n_ctx, gib);
+  }
 }
 
 Result<std::unique_ptr<Backend>> make_backend_default_slots(const model::Model& model,

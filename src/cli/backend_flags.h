@@ -54,6 +54,9 @@ Result<std::unique_ptr<Backend>> make_backend(const model::Model& model, const B
 // On the CPU one (a reference backend on shared cores; the server then runs exactly as a
 // one-slot server). *n_slots gets the number used.
 inline constexpr int kDefaultSlotsCuda = 8;
+// The most sequence slots -np/--parallel takes (gem serve runs a worker per slot; the batched
+// passes hold at most this many rows of one step).
+inline constexpr int kMaxSlots = 256;
 Result<std::unique_ptr<Backend>> make_backend_default_slots(const model::Model& model,
                                                             BackendFlags flags, int* n_slots);
 

@@ -304,8 +304,9 @@ Result<std::unique_ptr<RunningServer>> start_server(const ServeArgs& a) {
   if (a.tile <= 0) return errorf("--tile %d: must be positive", a.tile);
   if (a.n_ctx < 0) return errorf("-c %d: must be >= 0", a.n_ctx);
   if (a.n_predict < -1) return errorf("-n %d: expected -1 (no limit) or a token count >= 0", a.n_predict);
-  if (a.n_parallel < 1 && a.n_parallel != -1) {
-    return errorf("--parallel %d: expected at least 1 (or -1: the default, from memory)", a.n_parallel);
+  if ((a.n_parallel < 1 && a.n_parallel != -1) || a.n_parallel > kMaxSlots) {
+    return errorf("--parallel %d: expected 1-%d (or -1: the default, from memory)", a.n_parallel,
+                  kMaxSlots);
   }
   if (a.reasoning_budget < -1) {
     return errorf("--reasoning-budget %d: expected -1 (unlimited), 0 (thinking off) or a token count",

@@ -93,7 +93,8 @@ expect_error "enable_thinking: expected true or false" -m "$MODEL" --chat-templa
 expect_error "-n -5: expected -1" -m "$MODEL" -n -5 --port 0
 expect_error "--top-p 2: expected 0-1" -m "$MODEL" --top-p 2 --port 0
 expect_error "--reasoning-budget -3" -m "$MODEL" --reasoning-budget -3 --port 0
-expect_error "--parallel 0: expected at least 1" -m "$MODEL" -np 0 --port 0
+expect_error "--parallel 0: expected 1-256" -m "$MODEL" -np 0 --port 0
+expect_error "--parallel 100000: expected 1-256" -m "$MODEL" -np 100000 --port 0
 echo "ok: bad and unknown flags are errors naming the flag"
 
 # 3. --help groups the options.

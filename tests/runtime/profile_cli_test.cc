@@ -153,6 +153,7 @@ TEST(ProfileCli, RejectsBadFlags) {
       {"--rows 0", "--rows: '0' is not an integer >= 1"},
       {"--rows 1,abc", "'abc'"},
       {"--parallel 0", "--parallel: '0' is not an integer >= 1"},
+      {"--parallel 2,300", "--parallel 300: expected at most 256 sequence slots"},
       {"--attention-sweep 5 --parallel 2", "excludes"},
       {"--attention-sweep 4,-2", "--attention-sweep: '-2'"},
       {"-n 0", "--samples"},
