@@ -246,10 +246,25 @@ Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageP
   return ok_status();
 }
 
-// Means, minima and totals of one shape's samples.
-PassProfile summarise(const model::Model& model, model::KvType kv, int rows, bool batch,
-                      int depth, const std::vector<SampleSums>& sums,
-                      const std::vector<double>& plain, double profiled_wall_mean) {
+// n_samples of one shape, plain and profiled in turn (plain(): a pass's seconds; profiled(w): a
+// pass whose stage records land in `profiler`, its wall time in *w), and their means, minima and
+// totals.
+template <typename Plain, typename Profiled>
+Result<PassProfile> sample_pass(const model::Model& model, model::KvType kv, int rows, bool batch,
+                                int depth, int n_samples, const StageProfiler& profiler,
+                                Plain plain_fn, Profiled profiled_fn) {
+  std::vector<SampleSums> sums(n_samples);
+  std::vector<double> plain;
+  double profiled_wall_mean = 0.0;
+  for (int i = 0; i < n_samples; ++i) {
+    Result<double> t = plain_fn();
+    if (!t.ok()) return t.status();
+    plain.push_back(*t);
+    double wall = 0.0;
+    GEM_RETURN_IF_ERROR(profiled_fn(&wall));
+    sums[i].add(model, profiler);
+    profiled_wall_mean += wall / n_samples;
+  }
   PassProfile pass;
   pass.rows = rows;
   pass.batch = batch;
@@ -369,19 +384,12 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
     GEM_RETURN_IF_ERROR(profiled_pass(backend, tokens, profiler, sample, history, rng, &wall));
     if (auto w = plain_pass(backend, tokens); !w.ok()) return w.status();
 
-    std::vector<SampleSums> sums(o.n_samples);
-    std::vector<double> plain;
-    double wall_mean = 0.0;
-    for (int i = 0; i < o.n_samples; ++i) {
-      auto t = plain_pass(backend, tokens);
-      if (!t.ok()) return t.status();
-      plain.push_back(*t);
-      GEM_RETURN_IF_ERROR(profiled_pass(backend, tokens, profiler, sample, history, rng, &wall));
-      sums[i].add(model, profiler);
-      wall_mean += wall / o.n_samples;
-    }
-    PassProfile pass = summarise(model, bo.kv_type, rows, false, o.depth, sums, plain, wall_mean);
-    report.passes.push_back(std::move(pass));
+    auto pass = sample_pass(
+        model, bo.kv_type, rows, false, o.depth, o.n_samples, profiler,
+        [&] { return plain_pass(backend, tokens); },
+        [&](double* w) { return profiled_pass(backend, tokens, profiler, sample, history, rng, w); });
+    if (!pass.ok()) return pass.status();
+    report.passes.push_back(std::move(pass).value());
   }
   if (max_batch > 0) {
     backend.restore();
@@ -393,18 +401,16 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
     // Warm-up, untimed (the rows pass's graphs, allocations), profiled and plain.
     GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, &wall));
     GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &wall));
-    std::vector<SampleSums> sums(o.n_samples);
-    std::vector<double> plain;
-    double wall_mean = 0.0;
-    for (int i = 0; i < o.n_samples; ++i) {
-      GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &wall));
-      plain.push_back(wall);
-      GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, &wall));
-      sums[i].add(model, profiler);
-      wall_mean += wall / o.n_samples;
-    }
-    report.passes.push_back(
-        summarise(model, bo.kv_type, n_seq, true, o.depth, sums, plain, wall_mean));
+    auto pass = sample_pass(
+        model, bo.kv_type, n_seq, true, o.depth, o.n_samples, profiler,
+        [&]() -> Result<double> {
+          double w = 0.0;
+          GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &w));
+          return w;
+        },
+        [&](double* w) { return batch_pass(backend, tokens, o.depth, &profiler, w); });
+    if (!pass.ok()) return pass.status();
+    report.passes.push_back(std::move(pass).value());
   }
   for (int s = 1; s < max_batch; ++s) backend.slot_reset(s);
   report.method = profiler.method();
