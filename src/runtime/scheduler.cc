@@ -129,6 +129,13 @@ void Scheduler::publish() {
     info.push_back(i);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.busy_seconds = times_.busy_seconds;
+  stats_.eval_seconds = times_.eval_seconds;
+  stats_.prompt_eval_seconds = times_.prompt_eval_seconds;
+  stats_.n_prompt_steps = times_.n_prompt_steps;
+  stats_.sample_seconds = times_.sample_seconds;
+  stats_.emit_seconds = times_.emit_seconds;
+  stats_.release_seconds = times_.release_seconds;
   // Keep what an idle slot last ran (its task, prompt and decoded counts).
   for (size_t k = 0; k < info.size() && k < info_.size(); ++k) {
     if (!info[k].busy) {
@@ -192,10 +199,13 @@ void Scheduler::loop() {
       }
       admit_locked();
     }
+    const double t0 = now_seconds();
     for (const auto& s : slots_) {
       if (s->task != nullptr && s->done < 0) start(*s);
     }
+    times_.release_seconds += now_seconds() - t0;
     step();
+    times_.busy_seconds += now_seconds() - t0;
     publish();
   }
 }
@@ -289,7 +299,11 @@ void Scheduler::emit(Slot& slot, int32_t token) {
   const GenerateRequest& request = *slot.task->request;
   GenerateResult& result = slot.task->result;
   slot.generated.push_back(token);
-  if (emit_token(token, is_eog_(token), n_ctx(), request, *slot.task->cb, slot.history, result)) {
+  const double t0 = now_seconds();
+  const bool more =
+      emit_token(token, is_eog_(token), n_ctx(), request, *slot.task->cb, slot.history, result);
+  times_.emit_seconds += now_seconds() - t0;
+  if (more) {
     slot.pending = token;
     return;
   }
@@ -300,6 +314,7 @@ void Scheduler::emit(Slot& slot, int32_t token) {
 }
 
 void Scheduler::apply_releases() {
+  const double t0 = now_seconds();
   for (const auto& s : slots_) {
     if (s->release_clear) {
       clear(*s);
@@ -308,6 +323,7 @@ void Scheduler::apply_releases() {
     }
     s->release_clear = s->release_rollback = false;
   }
+  times_.release_seconds += now_seconds() - t0;
 }
 
 // One step's batch: the rows, the slots they belong to, and the prompt rows' extents.
@@ -416,8 +432,15 @@ bool Scheduler::run(Batch& batch) {
   for (const BatchRow& r : batch.rows) {
     if (r.logits) slots_[static_cast<size_t>(r.slot)]->logit_row = n_logits++;
   }
+  const double t_eval = now_seconds();
   const Status st = backend_.eval_batch(batch.rows);
   const int n_prompt_rows = batch.n_prompt_rows;
+  const double eval_s = now_seconds() - t_eval;
+  times_.eval_seconds += eval_s;
+  if (n_prompt_rows > 0) {
+    times_.prompt_eval_seconds += eval_s;
+    times_.n_prompt_steps++;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.n_steps++;
@@ -458,8 +481,10 @@ bool Scheduler::run(Batch& batch) {
     b.coin = d.coin;
     any_device = true;
   }
+  const double t_sample = now_seconds();
   std::vector<std::optional<int32_t>> picked;
   if (any_device) picked = backend_.sample_batch(reqs);
+  times_.sample_seconds += now_seconds() - t_sample;
   std::vector<float> scratch;
   for (const Draw& d : draws) {
     Slot& s = *d.slot;
@@ -468,8 +493,10 @@ bool Scheduler::run(Batch& batch) {
     if (row < picked.size() && picked[row] && reqs[row].params != nullptr) {
       token = *picked[row];
     } else {
+      const double t_host = now_seconds();
       token = draw_on_host(backend_.batch_logits(s.logit_row), *s.task->request, s.history,
                            s.generated, d.coin, scratch);
+      times_.sample_seconds += now_seconds() - t_host;
     }
     s.first = false;
     if (s.spec) s.spec->set_root_row(s.logit_row);
@@ -535,7 +562,9 @@ void Scheduler::advance_prompt(Slot& pre, int pre_end, int seg_end) {
 void Scheduler::solo_step(Slot& slot) {
   const GenerateRequest& request = *slot.task->request;
   const int32_t one[1] = {slot.pending};
+  const double t_eval = now_seconds();
   const Status st = backend_.eval(std::span<const int32_t>(one, 1), /*all_logits=*/false);
+  times_.eval_seconds += now_seconds() - t_eval;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.n_steps++;
@@ -548,6 +577,7 @@ void Scheduler::solo_step(Slot& slot) {
     return;
   }
   const double coin = slot.rng->next_double();
+  const double t_sample = now_seconds();
   std::optional<int32_t> token;
   if (!request.constraint) token = backend_.sample(request.sampling, slot.history, coin);
   const bool on_device = token.has_value();
@@ -555,6 +585,7 @@ void Scheduler::solo_step(Slot& slot) {
     std::vector<float> scratch;
     token = draw_on_host(backend_.logits(-1), request, slot.history, slot.generated, coin, scratch);
   }
+  times_.sample_seconds += now_seconds() - t_sample;
   if (slot.spec) slot.spec->set_root_row(-1);
   if (request.top_logprobs >= 0 && slot.task->cb->on_logprobs) {
     // Where the backend keeps the row (on the device after a device draw), as Engine does.
@@ -571,6 +602,7 @@ bool Scheduler::draft_round(Slot& slot) {
   const GenerateRequest& request = *slot.task->request;
   GenerateResult& result = slot.task->result;
   const int cur = static_cast<int>(request.prompt.size()) + result.n_generated - 1;
+  const double t_eval = now_seconds();  // the round whole: drafting, verification, its emits
   const std::vector<int32_t> drafts = slot.spec->propose(slot.pending, cur, n_ctx(), result);
   if (drafts.empty()) return false;  // a plain step instead
   auto emit_one = [&](int32_t token) {
@@ -582,6 +614,7 @@ bool Scheduler::draft_round(Slot& slot) {
   int32_t next = -1;
   const Status st = slot.spec->round(backend_, slot.id, slot.pending, cur, drafts, emit_one,
                                      result, &ended, &next);
+  times_.eval_seconds += now_seconds() - t_eval;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.n_steps++;

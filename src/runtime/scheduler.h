@@ -74,6 +74,15 @@ struct SchedulerStats {
   uint64_t n_reuse_hits = 0;  // requests that found part of their prompt cached
   uint64_t n_evictions = 0;   // requests that started over on a slot holding another cache
   int n_waiting = 0;          // requests waiting for a slot now
+  // Where the scheduler thread's time went (seconds), as of the last step: what a gap between
+  // the server's throughput and the backend's own (gem bench --parallel) consists of.
+  double busy_seconds = 0;         // admitting, starting, stepping, publishing (the rest: idle)
+  double eval_seconds = 0;         // in the backend's evaluations (eval_batch, eval, drafting)
+  double prompt_eval_seconds = 0;  // of them, evaluations that carried prompt rows
+  uint64_t n_prompt_steps = 0;     // steps that carried prompt rows
+  double sample_seconds = 0;       // drawing tokens (device and host)
+  double emit_seconds = 0;         // handing tokens to their requests (detokenise, stream)
+  double release_seconds = 0;      // starting requests, rollbacks and resets after they end
 };
 
 class Scheduler {
@@ -142,6 +151,7 @@ class Scheduler {
   std::deque<Task*> waiting_;    // guarded by mu_
   std::vector<SlotInfo> info_;   // guarded by mu_
   SchedulerStats stats_;         // guarded by mu_
+  SchedulerStats times_;         // the scheduler thread's: its time fields, copied by publish()
   bool stop_ = false;            // guarded by mu_
   uint64_t next_task_ = 1;       // guarded by mu_
   uint64_t clock_ = 0;           // the scheduler thread's: LRU stamps

@@ -693,6 +693,22 @@ std::string Server::metrics_text() {
        static_cast<double>(scheduler_ ? st.n_reuse_hits : m.reuse_hits)},
       {"slot_evictions_total", "Requests that started over on a slot holding another conversation",
        static_cast<double>(st.n_evictions)},
+      // The scheduler thread's time (-np > 1): what separates the server's throughput from the
+      // backend's own (gem bench --parallel).
+      {"scheduler_busy_seconds_total", "Scheduler time spent starting, stepping and publishing (the rest is idle)",
+       st.busy_seconds},
+      {"scheduler_eval_seconds_total", "Scheduler time in the backend's evaluations (decode steps, prompt chunks, drafting rounds)",
+       st.eval_seconds},
+      {"scheduler_prompt_eval_seconds_total", "Of the evaluation time, steps that carried prompt rows",
+       st.prompt_eval_seconds},
+      {"scheduler_prompt_steps_total", "Steps that carried prompt rows",
+       static_cast<double>(st.n_prompt_steps)},
+      {"scheduler_sample_seconds_total", "Scheduler time drawing tokens (device and host)",
+       st.sample_seconds},
+      {"scheduler_emit_seconds_total", "Scheduler time handing tokens to their requests (detokenising, streaming)",
+       st.emit_seconds},
+      {"scheduler_release_seconds_total", "Scheduler time starting requests and rolling back or resetting slots after them",
+       st.release_seconds},
   };
   std::string out;
   auto add = [&](const Item& it, const char* type) {

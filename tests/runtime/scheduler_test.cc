@@ -207,6 +207,16 @@ TEST(Scheduler, ConcurrentStreamsEqualEachServedAlone) {
   for (int i = 0; i < 4; ++i) expect_same_as_solo(runs[i], "stream " + std::to_string(i));
   const SchedulerStats st = s.stats();
   EXPECT_GT(st.n_decode_rows, st.n_steps) << "decode steps should hold several slots' rows";
+  // The thread's time: evaluations (some with prompt rows), draws and emits, disjoint parts of
+  // its busy time.
+  EXPECT_GT(st.eval_seconds, 0.0);
+  EXPECT_GT(st.n_prompt_steps, 0u);
+  EXPECT_GT(st.prompt_eval_seconds, 0.0);
+  EXPECT_LT(st.prompt_eval_seconds, st.eval_seconds);
+  EXPECT_GT(st.sample_seconds, 0.0);
+  EXPECT_GT(st.emit_seconds, 0.0);
+  EXPECT_GE(st.busy_seconds,
+            st.eval_seconds + st.sample_seconds + st.emit_seconds + st.release_seconds);
   // At most one chunk of prompt rows a step; a prompt ending inside a chunk shares it with the
   // next one (two slots with several rows in one batch).
   bool shared = false;

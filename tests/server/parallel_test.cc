@@ -313,6 +313,14 @@ TEST(Parallel, ContinuedConversationReusesItsSlot) {
   EXPECT_EQ(text_of(a2), text_of(post(fresh.s.port, conv)));
   const std::string m = metrics(port);
   EXPECT_NE(m.find("gem:prompt_cache_reuse_hits_total 1"), std::string::npos) << m;
+  // The scheduler's time split: its evaluations took time, within its busy time.
+  auto value = [&](const std::string& name) {
+    const size_t at = m.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + name.size() + 2));
+  };
+  EXPECT_GT(value("gem:scheduler_eval_seconds_total"), 0.0) << m;
+  EXPECT_GT(value("gem:scheduler_prompt_steps_total"), 0.0) << m;
+  EXPECT_GE(value("gem:scheduler_busy_seconds_total"), value("gem:scheduler_eval_seconds_total")) << m;
   int holding = 0;
   for (const json& s : get_json(port, "/slots")) holding += s["n_cached_tokens"].get<int>() > 0 ? 1 : 0;
   EXPECT_EQ(holding, 3) << "each conversation kept its own slot";
