@@ -134,6 +134,8 @@ void Scheduler::publish() {
   stats_.prompt_eval_seconds = times_.prompt_eval_seconds;
   stats_.n_prompt_steps = times_.n_prompt_steps;
   stats_.sample_seconds = times_.sample_seconds;
+  stats_.host_draw_seconds = times_.host_draw_seconds;
+  stats_.n_host_draws = times_.n_host_draws;
   stats_.emit_seconds = times_.emit_seconds;
   stats_.release_seconds = times_.release_seconds;
   // Keep what an idle slot last ran (its task, prompt and decoded counts).
@@ -497,6 +499,8 @@ bool Scheduler::run(Batch& batch) {
       token = draw_on_host(backend_.batch_logits(s.logit_row), *s.task->request, s.history,
                            s.generated, d.coin, scratch);
       times_.sample_seconds += now_seconds() - t_host;
+      times_.host_draw_seconds += now_seconds() - t_host;
+      times_.n_host_draws++;
     }
     s.first = false;
     if (s.spec) s.spec->set_root_row(s.logit_row);

@@ -81,6 +81,8 @@ struct SchedulerStats {
   double prompt_eval_seconds = 0;  // of them, evaluations that carried prompt rows
   uint64_t n_prompt_steps = 0;     // steps that carried prompt rows
   double sample_seconds = 0;       // drawing tokens (device and host)
+  double host_draw_seconds = 0;    // of it, draws on the host (first tokens, constraints, ...)
+  uint64_t n_host_draws = 0;
   double emit_seconds = 0;         // handing tokens to their requests (detokenise, stream)
   double release_seconds = 0;      // starting requests, rollbacks and resets after they end
 };
