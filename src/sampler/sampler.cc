@@ -138,8 +138,51 @@ std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const flo
   return out;
 }
 
+// Greedy: sampling_distribution's pick (the first of the penalised logits' maxima in id order,
+// as its min_element finds it) without its copy of the row; the penalties touch only the ids of
+// the window.
+int32_t greedy_token(std::span<const float> logits, const SamplingParams& p,
+                     std::span<const int32_t> history) {
+  if (logits.empty()) return -1;
+  std::vector<Candidate> penalised;  // the window's ids, penalised as apply_penalties does
+  const bool any = p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                   p.presence_penalty != 0.0f;
+  if (any && !history.empty() && p.repeat_last_n != 0) {
+    size_t n = history.size();
+    if (p.repeat_last_n > 0) n = std::min(n, static_cast<size_t>(p.repeat_last_n));
+    for (size_t i = history.size() - n; i < history.size(); ++i) {
+      const int32_t id = history[i];
+      if (id >= 0 && static_cast<size_t>(id) < logits.size()) penalised.push_back({id, logits[id]});
+    }
+    std::sort(penalised.begin(), penalised.end(),
+              [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+    penalised.erase(std::unique(penalised.begin(), penalised.end(),
+                                [](const Candidate& a, const Candidate& b) { return a.id == b.id; }),
+                    penalised.end());
+    apply_penalties(penalised, p, history);
+  }
+  size_t next = 0;  // the next penalised id in id order
+  auto value = [&](size_t i) {
+    if (next < penalised.size() && static_cast<size_t>(penalised[next].id) == i) {
+      return penalised[next++].logit;
+    }
+    return logits[i];
+  };
+  int32_t best = 0;
+  float best_v = value(0);
+  for (size_t i = 1; i < logits.size(); ++i) {
+    const float v = value(i);
+    if (v > best_v) {  // by_logit_desc: a later id wins only with a larger logit
+      best = static_cast<int32_t>(i);
+      best_v = v;
+    }
+  }
+  return best;
+}
+
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                      std::span<const int32_t> history, double coin) {
+  if (params.temperature <= 0.0f) return greedy_token(logits, params, history);
   const auto dist = sampling_distribution(logits, params, history);
   if (dist.empty()) return -1;
   double sum = 0.0;

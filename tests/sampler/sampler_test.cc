@@ -80,6 +80,31 @@ TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   EXPECT_EQ(sample_token(l, p, {}, 0.0), 3);
 }
 
+// Greedy picks skip building the distribution: the pick equals the distribution's (all mass on
+// one id) on random rows with ties, NaN and -inf entries, under every penalty and window.
+TEST(Sampler, GreedyEqualsTheDistributionsPick) {
+  Rng rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng.next_u64() % 300);
+    std::vector<float> l(n);
+    for (float& x : l) x = static_cast<float>(static_cast<int>(rng.next_u64() % 41) - 20) / 4.0f;
+    if (trial % 5 == 1) l[rng.next_u64() % n] = std::nanf("");
+    if (trial % 5 == 2) l[0] = std::nanf("");
+    if (trial % 7 == 3) l[rng.next_u64() % n] = -INFINITY;
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.repeat_penalty = trial % 3 == 0 ? 1.0f : 1.3f;
+    p.frequency_penalty = trial % 4 == 1 ? 0.5f : 0.0f;
+    p.presence_penalty = trial % 4 == 2 ? 0.7f : 0.0f;
+    p.repeat_last_n = trial % 6 == 0 ? -1 : trial % 6 == 1 ? 0 : 16;
+    std::vector<int32_t> history(rng.next_u64() % 40);
+    for (int32_t& t : history) t = static_cast<int32_t>(rng.next_u64() % (n + 3)) - 1;  // some outside
+    const auto dist = sampling_distribution(l, p, history);
+    ASSERT_EQ(dist.size(), 1u);
+    EXPECT_EQ(sample_token(l, p, history, 0.3), dist[0].first) << "trial " << trial;
+  }
+}
+
 TEST(Sampler, TemperatureMatchesScaledSoftmax) {
   SamplingParams p;
   p.top_k = 0;
