@@ -379,6 +379,74 @@ TEST(CudaBackend, TruncateLeavesNoTrace) {
 // reference doing each sequence alone. A fork and a per-slot checkpoint are exact: a forked slot
 // and its source, or a restored slot and a fork taken at its checkpoint, give bit-identical rows
 // for the same tokens in one batch.
+// sample_batch over a batched step of many slots: each pick equals the host sampler's on that
+// row's logits — plain greedy rows (one arg-max over all of them), greedy rows with a penalty
+// window and sampled rows (a launch each), in one call, and rows the device does not take
+// (top-k off) left to the caller.
+TEST(CudaBackend, SampleBatchMatchesTheHostSamplerOnEveryRow) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  const int S = 12;
+  auto m = model::load_model(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  BackendOptions o;
+  o.n_ctx = 128;
+  o.kv_type = model::KvType::kF16;
+  o.n_slots = S;
+  auto made = make_cuda_backend(**m, o);
+  ASSERT_TRUE(made.ok()) << made.message();
+  Backend& gpu = **made;
+  const auto base = prompt_tokens("long");
+  std::vector<std::vector<int32_t>> hist(S);
+  std::vector<BatchRow> rows;
+  for (int s = 0; s < S; ++s) {
+    for (int i = 0; i < 6 + s; ++i) {
+      hist[s].push_back(base[(5 * s + i) % base.size()]);
+      rows.push_back({s, i, hist[s].back(), false});
+    }
+  }
+  ASSERT_TRUE(gpu.eval_batch(rows).ok());
+  for (int step = 0; step < 3; ++step) {
+    rows.clear();
+    for (int s = S - 1; s >= 0; --s) {  // slots in reverse: batch rows and slots differ
+      rows.push_back({s, gpu.slot_n_past(s), base[(3 * s + step) % base.size()], true});
+    }
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    std::vector<SamplingParams> params(S);
+    std::vector<Backend::BatchSample> reqs(S);
+    for (int i = 0; i < S; ++i) {
+      SamplingParams& p = params[i];
+      p.temperature = 0.0f;  // rows 0, 3, 6, 9 ...: plain greedy
+      if (i % 4 == 1) p.repeat_penalty = 1.3f;  // greedy with a penalty window
+      if (i % 4 == 2) {
+        p.temperature = 0.9f;  // sampled: top-k chain
+        p.min_p = 0.01f;
+      }
+      if (i % 4 == 3 && i > 4) {
+        p.temperature = 0.7f;
+        p.top_k = 0;  // not the device's: left to the caller
+      }
+      reqs[i].params = &params[i];
+      reqs[i].history = hist[rows[i].slot];
+      reqs[i].coin = (i * 0.37) - std::floor(i * 0.37);
+    }
+    const auto picks = gpu.sample_batch(reqs);
+    ASSERT_EQ(picks.size(), static_cast<size_t>(S));
+    for (int i = 0; i < S; ++i) {
+      const std::string what = "step " + std::to_string(step) + " row " + std::to_string(i);
+      if (params[i].top_k == 0) {
+        EXPECT_FALSE(picks[i].has_value()) << what;
+        continue;
+      }
+      ASSERT_TRUE(picks[i].has_value()) << what;
+      EXPECT_EQ(*picks[i], sample_token(gpu.batch_logits(i), params[i], hist[rows[i].slot], reqs[i].coin))
+          << what;
+    }
+    for (int i = 0; i < S; ++i) hist[rows[i].slot].push_back(rows[i].token);
+  }
+}
+
 TEST(CudaBackend, SequenceSlotsMatchOneSequenceEach) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

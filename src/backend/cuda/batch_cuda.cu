@@ -300,13 +300,18 @@ std::span<const float> CudaBackend::batch_logits(int i) {
   return {logits_host_.data() + i * V, V};
 }
 
-// Device sampling of the rows of the last eval_batch still on the device: one launch per row, one
-// copy of the picks, one synchronisation. Rows whose parameters the device sampler does not take
-// (sample()'s rule) or whose logits went to the host are left to the caller.
+// Device sampling of the rows of the last eval_batch still on the device: greedy rows with no
+// penalty window in one arg-max over all of them, the others one launch each; one copy of the
+// picks, one synchronisation. Rows whose parameters the device sampler does not take (sample()'s
+// rule) or whose logits went to the host are left to the caller.
 std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const BatchSample> reqs) {
   std::vector<std::optional<int32_t>> out(reqs.size());
   const int V = cfg_.n_vocab;
-  std::vector<int> launched;
+  struct Pick {
+    int i;        // the request
+    size_t n_hist;
+  };
+  std::vector<Pick> plain, other;  // plain: greedy, no penalty window
   for (size_t i = 0; i < reqs.size() && static_cast<int>(i) < batch_rows_; ++i) {
     if (batch_on_host_[i] || reqs[i].params == nullptr) continue;
     const SamplingParams& params = *reqs[i].params;
@@ -321,9 +326,27 @@ std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const Ba
       if (params.repeat_last_n > 0) n_hist = std::min(n_hist, static_cast<size_t>(params.repeat_last_n));
     }
     if (n_hist > 256) continue;
-    const int k = static_cast<int>(launched.size());
-    int32_t* hist_host = pinned_batch_ + rows_max_ + static_cast<size_t>(k) * 256;
-    int32_t* hist_dev = hists_dev_ + static_cast<size_t>(k) * 256;
+    (greedy && n_hist == 0 ? plain : other).push_back({static_cast<int>(i), n_hist});
+  }
+  if (plain.empty() && other.empty()) return out;
+  // Picks: the plain rows' first (k = 0 ..), then the others'.
+  int32_t* rows_host = pinned_batch_ + static_cast<size_t>(rows_max_) * 257;
+  for (size_t k = 0; k < plain.size(); ++k) rows_host[k] = batch_dev_row_[plain[k].i];
+  const int chunk = cuda::argmax_rows_max(V);
+  for (size_t k0 = 0; k0 < plain.size(); k0 += static_cast<size_t>(chunk)) {
+    const int n = static_cast<int>(std::min(plain.size() - k0, static_cast<size_t>(chunk)));
+    GEM_CUDA_CHECK(cudaMemcpyAsync(argmax_rows_dev_ + k0, rows_host + k0, n * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream_));
+    cuda::argmax_rows(logits_dev_, V, argmax_rows_dev_ + k0, n, sample_outs_dev_ + k0,
+                      sample_scratch_, stream_);
+  }
+  for (size_t j = 0; j < other.size(); ++j) {
+    const size_t k = plain.size() + j;
+    const SamplingParams& params = *reqs[other[j].i].params;
+    const std::span<const int32_t> history = reqs[other[j].i].history;
+    const size_t n_hist = other[j].n_hist;
+    int32_t* hist_host = pinned_batch_ + rows_max_ + k * 256;
+    int32_t* hist_dev = hists_dev_ + k * 256;
     std::memcpy(hist_host, history.data() + (history.size() - n_hist), n_hist * sizeof(int32_t));
     if (n_hist > 0) {
       GEM_CUDA_CHECK(cudaMemcpyAsync(hist_dev, hist_host, n_hist * sizeof(int32_t),
@@ -331,21 +354,21 @@ std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const Ba
     }
     const cuda::PenaltyArgs pen{hist_dev, static_cast<int>(n_hist), params.repeat_penalty,
                                 params.presence_penalty, params.frequency_penalty};
-    const float* logits = logits_dev_ + static_cast<size_t>(batch_dev_row_[i]) * V;
-    if (greedy) {
+    const float* logits = logits_dev_ + static_cast<size_t>(batch_dev_row_[other[j].i]) * V;
+    if (params.temperature <= 0.0f) {
       cuda::argmax_penalized(logits, V, pen, sample_outs_dev_ + k, sample_scratch_, stream_);
     } else {
       const cuda::DrawArgs draw{params.top_k, params.top_p, params.min_p, params.temperature,
-                                reqs[i].coin};
+                                reqs[other[j].i].coin};
       cuda::sample_top_k(logits, V, pen, draw, sample_outs_dev_ + k, sample_scratch_, stream_);
     }
-    launched.push_back(static_cast<int>(i));
   }
-  if (launched.empty()) return out;
-  GEM_CUDA_CHECK(cudaMemcpyAsync(pinned_batch_, sample_outs_dev_, launched.size() * sizeof(int32_t),
+  const size_t n_picks = plain.size() + other.size();
+  GEM_CUDA_CHECK(cudaMemcpyAsync(pinned_batch_, sample_outs_dev_, n_picks * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream_));
   GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t k = 0; k < launched.size(); ++k) out[launched[k]] = pinned_batch_[k];
+  for (size_t k = 0; k < plain.size(); ++k) out[plain[k].i] = pinned_batch_[k];
+  for (size_t j = 0; j < other.size(); ++j) out[other[j].i] = pinned_batch_[plain.size() + j];
   return out;
 }
 

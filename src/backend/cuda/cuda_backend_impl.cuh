@@ -271,7 +271,9 @@ class CudaBackend final : public Backend {
   std::vector<char> batch_on_host_;
   int32_t* sample_outs_dev_ = nullptr;  // [rows_max_] sample_batch's picks
   int32_t* hists_dev_ = nullptr;        // [rows_max_, 256] their penalty windows
-  int32_t* pinned_batch_ = nullptr;     // pinned: [rows_max_] picks, then [rows_max_, 256] windows
+  int32_t* argmax_rows_dev_ = nullptr;  // [rows_max_] the logits rows of its plain greedy picks
+  // pinned: [rows_max_] picks, [rows_max_, 256] windows, [rows_max_] plain greedy rows
+  int32_t* pinned_batch_ = nullptr;
 
   bool keep_hidden_ = false;        // set_keep_hidden
   bool hidden_valid_ = false;       // the last eval / eval_batch kept its rows' hidden states

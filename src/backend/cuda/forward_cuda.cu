@@ -214,6 +214,7 @@ Status CudaBackend::init() {
   rows_dev_ = static_cast<cuda::RowParams*>(dev_alloc(2 * rows_max_ * sizeof(cuda::RowParams)));
   sample_outs_dev_ = static_cast<int32_t*>(dev_alloc(rows_max_ * sizeof(int32_t)));
   hists_dev_ = static_cast<int32_t*>(dev_alloc(static_cast<size_t>(rows_max_) * 256 * sizeof(int32_t)));
+  argmax_rows_dev_ = static_cast<int32_t*>(dev_alloc(rows_max_ * sizeof(int32_t)));
   x_ = f(T * E);
   h_ = f(T * E);
   hq_ = q8(E);
@@ -257,7 +258,7 @@ Status CudaBackend::init() {
   }
   GEM_CUDA_CHECK(cudaMallocHost(&step_host_, (1 + T) * sizeof(int32_t)));
   GEM_CUDA_CHECK(cudaMallocHost(&rows_host_, 2 * rows_max_ * sizeof(cuda::RowParams)));
-  GEM_CUDA_CHECK(cudaMallocHost(&pinned_batch_, static_cast<size_t>(rows_max_) * 257 * sizeof(int32_t)));
+  GEM_CUDA_CHECK(cudaMallocHost(&pinned_batch_, static_cast<size_t>(rows_max_) * 258 * sizeof(int32_t)));
   GEM_CUDA_CHECK(cudaMallocHost(&pinned_small_, 257 * sizeof(int32_t)));
   GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions%s",
                static_cast<double>(weight_bytes_) / 1e9, timer.seconds(),

@@ -105,6 +105,38 @@ __global__ void argmax_final_kernel(const float* pen_x, PenaltyArgs pen, const f
   if (threadIdx.x == 0) *out = ri;
 }
 
+// The arg-max of n rows at once (no penalties): blockIdx.y = row j of logits + rows[j]·n_vocab,
+// blockIdx.x one of kRowBlocks slices of it; then one block a row reduces its slices. The picks
+// equal argmax_penalized's with no history: the same total order (larger value, then lower id).
+constexpr int kRowBlocks = 32;
+__global__ void argmax_rows_partial_kernel(const float* logits, int n_vocab, const int32_t* rows,
+                                           float* pv, int* pi) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* x = logits + static_cast<int64_t>(rows[blockIdx.y]) * n_vocab;
+  float v = -FLT_MAX;
+  int id = 0x7fffffff;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_vocab; i += gridDim.x * blockDim.x) {
+    better(v, id, x[i], i);
+  }
+  const int k = blockIdx.y * gridDim.x + blockIdx.x;
+  block_argmax(v, id, sv, si, &pv[k], &pi[k]);
+}
+
+__global__ void argmax_rows_final_kernel(const float* pv, const int* pi, int32_t* out) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  __shared__ float rv;
+  __shared__ int ri;
+  float v = -FLT_MAX;
+  int id = 0x7fffffff;
+  const int base = blockIdx.x * kRowBlocks;
+  for (int i = threadIdx.x; i < kRowBlocks; i += blockDim.x) better(v, id, pv[base + i], pi[base + i]);
+  block_argmax(v, id, sv, si, &rv, &ri);
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = ri;
+}
+
 constexpr int kSortWidth = 1024;  // candidates one block sorts in shared memory
 
 // (v, id) is ahead of (v2, id2) in the sampler's order: larger logit, then lower id.
@@ -252,6 +284,19 @@ void argmax_penalized(const float* logits, int n_vocab, const PenaltyArgs& pen, 
   argmax_final_kernel<<<1, kThreads, 0, s>>>(pen_x, pen, pv, pi, kArgmaxBlocks, out);
   GEM_CUDA_LAUNCHED();
 }
+
+void argmax_rows(const float* logits, int n_vocab, const int32_t* rows, int n, int32_t* out,
+                 float* scratch, cudaStream_t s) {
+  if (n <= 0) return;
+  float* pv = scratch;
+  int* pi = reinterpret_cast<int*>(scratch + static_cast<size_t>(n) * kRowBlocks);
+  argmax_rows_partial_kernel<<<dim3(kRowBlocks, n), kThreads, 0, s>>>(logits, n_vocab, rows, pv, pi);
+  GEM_CUDA_LAUNCHED();
+  argmax_rows_final_kernel<<<n, kThreads, 0, s>>>(pv, pi, out);
+  GEM_CUDA_LAUNCHED();
+}
+
+int argmax_rows_max(int n_vocab) { return argmax_scratch_floats(n_vocab) / (2 * kRowBlocks); }
 
 int argmax_scratch_floats(int n_vocab) {
   return 2 * kArgmaxBlocks + n_vocab + 4 * cand_capacity(n_vocab);

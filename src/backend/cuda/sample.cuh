@@ -24,6 +24,12 @@ struct PenaltyArgs {
 void argmax_penalized(const float* logits, int n_vocab, const PenaltyArgs& pen, int32_t* out,
                       float* scratch, cudaStream_t s);
 int argmax_scratch_floats(int n_vocab);
+// The arg-maxes of n rows (row j: logits + rows[j]·n_vocab, rows on the device) with no penalties,
+// in two launches: out[j] is what argmax_penalized picks for row j with an empty history.
+// n <= argmax_rows_max(n_vocab) (the scratch of argmax_scratch_floats holds their partials).
+void argmax_rows(const float* logits, int n_vocab, const int32_t* rows, int n, int32_t* out,
+                 float* scratch, cudaStream_t s);
+int argmax_rows_max(int n_vocab);
 
 // The host sampler's chain (sampler/sampler.cc: penalties, top-k, top-p, min-p, temperature,
 // one draw with `coin`) on the device, for 1 <= top_k <= kMaxTopK and temperature > 0. Same
