@@ -89,6 +89,8 @@ __global__ void argmax_partial_kernel(const float* x, PenaltyArgs pen, int n, fl
   block_argmax(v, id, sv, si, &pv[blockIdx.x], &pi[blockIdx.x]);
 }
 
+// Block j: the pick of row j from its n_part partials (pv, pi + j·n_part) and, with a history,
+// its penalised values.
 __global__ void argmax_final_kernel(const float* pen_x, PenaltyArgs pen, const float* pv,
                                     const int* pi, int n_part, int32_t* out) {
   __shared__ float sv[32];
@@ -97,6 +99,9 @@ __global__ void argmax_final_kernel(const float* pen_x, PenaltyArgs pen, const f
   __shared__ int ri;
   float v = -FLT_MAX;
   int id = 0x7fffffff;
+  pv += blockIdx.x * n_part;
+  pi += blockIdx.x * n_part;
+  out += blockIdx.x;
   for (int i = threadIdx.x; i < n_part; i += blockDim.x) better(v, id, pv[i], pi[i]);
   const int n_hist = pen.n_hist < kMaxHist ? pen.n_hist : kMaxHist;
   for (int k = threadIdx.x; k < n_hist; k += blockDim.x) better(v, id, pen_x[pen.hist[k]], pen.hist[k]);
@@ -106,7 +111,7 @@ __global__ void argmax_final_kernel(const float* pen_x, PenaltyArgs pen, const f
 }
 
 // The arg-max of n rows at once (no penalties): blockIdx.y = row j of logits + rows[j]·n_vocab,
-// blockIdx.x one of kRowBlocks slices of it; then one block a row reduces its slices. The picks
+// blockIdx.x one of kRowBlocks slices of it; then argmax_final_kernel, a block a row. The picks
 // equal argmax_penalized's with no history: the same total order (larger value, then lower id).
 constexpr int kRowBlocks = 32;
 __global__ void argmax_rows_partial_kernel(const float* logits, int n_vocab, const int32_t* rows,
@@ -121,20 +126,6 @@ __global__ void argmax_rows_partial_kernel(const float* logits, int n_vocab, con
   }
   const int k = blockIdx.y * gridDim.x + blockIdx.x;
   block_argmax(v, id, sv, si, &pv[k], &pi[k]);
-}
-
-__global__ void argmax_rows_final_kernel(const float* pv, const int* pi, int32_t* out) {
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  __shared__ float rv;
-  __shared__ int ri;
-  float v = -FLT_MAX;
-  int id = 0x7fffffff;
-  const int base = blockIdx.x * kRowBlocks;
-  for (int i = threadIdx.x; i < kRowBlocks; i += blockDim.x) better(v, id, pv[base + i], pi[base + i]);
-  block_argmax(v, id, sv, si, &rv, &ri);
-  __syncthreads();
-  if (threadIdx.x == 0) out[blockIdx.x] = ri;
 }
 
 constexpr int kSortWidth = 1024;  // candidates one block sorts in shared memory
@@ -292,7 +283,7 @@ void argmax_rows(const float* logits, int n_vocab, const int32_t* rows, int n, i
   int* pi = reinterpret_cast<int*>(scratch + static_cast<size_t>(n) * kRowBlocks);
   argmax_rows_partial_kernel<<<dim3(kRowBlocks, n), kThreads, 0, s>>>(logits, n_vocab, rows, pv, pi);
   GEM_CUDA_LAUNCHED();
-  argmax_rows_final_kernel<<<n, kThreads, 0, s>>>(pv, pi, out);
+  argmax_final_kernel<<<n, kThreads, 0, s>>>(nullptr, PenaltyArgs{}, pv, pi, kRowBlocks, out);
   GEM_CUDA_LAUNCHED();
 }
 
