@@ -68,8 +68,11 @@ curl -s "${auth[@]}" "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Ty
   -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}' > "$tmp/chat"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["usage"]["completion_tokens"] <= 5, r' "$tmp/chat" ||
   fail "chat: $(cat "$tmp/chat")"
-curl -s "${auth[@]}" "http://127.0.0.1:$PORT/metrics" | grep -q '^llamacpp:tokens_predicted_total' || fail "/metrics"
-curl -s "${auth[@]}" "http://127.0.0.1:$PORT/slots" | grep -q '"n_ctx":1024' || fail "/slots"
+# Whole bodies first: `curl | grep -q` under pipefail fails when grep stops reading early.
+curl -s "${auth[@]}" "http://127.0.0.1:$PORT/metrics" > "$tmp/metrics"
+grep -q '^llamacpp:tokens_predicted_total' "$tmp/metrics" || fail "/metrics: $(cat "$tmp/metrics")"
+curl -s "${auth[@]}" "http://127.0.0.1:$PORT/slots" > "$tmp/slots.json"
+grep -q '"n_ctx":1024' "$tmp/slots.json" || fail "/slots: $(cat "$tmp/slots.json")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "${auth[@]}" "http://127.0.0.1:$PORT/")" = 404 ] || fail "--no-webui: / is not 404"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 echo "ok: a llama-server command line starts gem unchanged; its flags take effect"
@@ -125,7 +128,9 @@ for _ in $(seq 100); do
 done
 [ "$seen_loading" = 1 ] || fail "/props never said is_loading with n_ctx and the chat template: $(cat "$tmp/props")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 503 ] || fail "/health while loading"
-curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"n_ctx":768' || fail "/v1/models while loading"
+curl -s "http://127.0.0.1:$PORT/v1/models" > "$tmp/models.json"
+grep -q '"n_ctx":768' "$tmp/models.json" || fail "/v1/models while loading: $(cat "$tmp/models.json")"
 wait_ready
-curl -s "http://127.0.0.1:$PORT/props" | grep -q '"is_loading":false' || fail "/props after loading"
+curl -s "http://127.0.0.1:$PORT/props" > "$tmp/props"
+grep -q '"is_loading":false' "$tmp/props" || fail "/props after loading: $(cat "$tmp/props")"
 echo "ok: /props answers while loading (is_loading, n_ctx, chat template); /health 503 until ready"
