@@ -379,6 +379,12 @@ int run_bench(const BenchArgs& a) {
     if (a.mtp.on()) return fail("bench", "--parallel and --mtp: one at a time");
     auto seqs = parse_int_list("--parallel", a.parallel, 1);
     if (!seqs.ok()) return fail("bench", seqs.message());
+    for (int n_seq : *seqs) {
+      if (n_seq > kMaxSlots) {
+        return fail("bench", strprintf("--parallel %d: expected at most %d sequences (the slots' limit, as -np)",
+                                       n_seq, kMaxSlots));
+      }
+    }
     const int pp = (*prompts)[0], tg = (*gens)[0];
     if (prompts->size() != 1 || gens->size() != 1 || depths->size() != 1 || (*depths)[0] != 0) {
       return fail("bench", "--parallel takes one -p and one -n value and no depth (llama-batched-bench's test)");

@@ -120,6 +120,11 @@ TEST(GemCli, BenchBatchedModeRunsEverySequenceCount) {
   CmdResult d = run_gem("bench -m " + path + " -p 12 -n 3 -d 5 --parallel 2 --backend cpu");
   EXPECT_NE(d.rc, 0);
   EXPECT_NE(d.out.find("--parallel takes one -p and one -n value and no depth"), std::string::npos) << d.out;
+  // As -np: at most 256 sequences, said before any backend is made (it allocated until bad_alloc).
+  CmdResult big = run_gem("bench -m " + path + " -p 12 -n 3 --parallel 2,100000 --backend cpu");
+  EXPECT_NE(big.rc, 0);
+  EXPECT_NE(big.out.find("--parallel 100000: expected at most 256 sequences"), std::string::npos) << big.out;
+  EXPECT_EQ(big.out.find("B=2 done"), std::string::npos) << "checked before the first run: " << big.out;
 }
 
 TEST(GemCli, SynthWithAMissingVocabularyFails) {
