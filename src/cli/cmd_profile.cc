@@ -279,7 +279,7 @@ RunFn setup_profile(CLI::App& sub) {
       ->excludes(parallel);
   sub.add_flag("--json", a->json, "JSON instead of the tables");
   sub.add_option("--json-file", a->json_file, "also write the JSON to this file");
-  sub.add_flag("--no-sample", a->no_sample, "do not time picking the token of a decode step");
+  sub.add_flag("--no-sample", a->no_sample, "do not time picking the tokens of a decode step (or of every row of a batched one)");
   sub.add_option("--timing", a->timing,
                  "how the backend times its stages: auto, or on CUDA graph-side (events beside "
                  "the decode graph's chain, the default), graph-inline (events in it) or eager")

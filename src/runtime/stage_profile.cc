@@ -119,7 +119,7 @@ StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows, bool
       b.activations = 4 * (batch ? n : 1) * (e + v);  // the last row only, or every sequence's
       break;
     case Stage::kSample:
-      b.activations = 4 * v;
+      b.activations = 4 * (batch ? n : 1) * v;  // the row sampled, or every sequence's
       break;
     default:
       break;
@@ -224,8 +224,11 @@ Result<double> plain_pass(Backend& b, std::span<const int32_t> tokens) {
 
 // A batched decode step: sequence s (slot s) decodes tokens[s] at `depth`, every row's logits;
 // then every slot goes back to the depth. Profiled when `profiler` is set; *wall is the
-// eval_batch's time, as gem bench --parallel times a step.
+// eval_batch's time, as gem bench --parallel times a step. With `sampling` (profiled passes),
+// every row's token is then drawn as the server's scheduler draws it (Backend::sample_batch, the
+// host for the rows it leaves) and timed (Stage::kSample).
 Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageProfiler* profiler,
+                  const SamplingParams* sampling, std::span<const int32_t> history, Rng& rng,
                   double* wall) {
   std::vector<BatchRow> rows;
   for (size_t s = 0; s < tokens.size(); ++s) {
@@ -240,6 +243,22 @@ Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageP
   *wall = timer.seconds();
   if (profiler != nullptr) GEM_RETURN_IF_ERROR(b.set_stage_profiler(nullptr));
   GEM_RETURN_IF_ERROR(st);
+  if (profiler != nullptr && sampling != nullptr) {
+    std::vector<Backend::BatchSample> reqs(tokens.size());
+    for (Backend::BatchSample& r : reqs) {
+      r.params = sampling;
+      r.history = history;
+      r.coin = rng.next_double();
+    }
+    Timer t;
+    const std::vector<std::optional<int32_t>> picks = b.sample_batch(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (i >= picks.size() || !picks[i]) {
+        (void)sample_token(b.batch_logits(static_cast<int>(i)), *sampling, history, reqs[i].coin);
+      }
+    }
+    profiler->add(Stage::kSample, -1, t.seconds());
+  }
   for (size_t s = 0; s < tokens.size(); ++s) {
     GEM_RETURN_IF_ERROR(b.slot_truncate(static_cast<int>(s), depth));
   }
@@ -397,18 +416,23 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
   }
   for (int n_seq : o.batch) {
     const std::vector<int32_t> tokens = synthetic_tokens(o.seed + 1000 + n_seq, n_seq, n_vocab);
+    // Every row's penalties see the last 64 tokens of the (forked) cache.
+    const std::vector<int32_t> history(fill.end() - std::min<size_t>(fill.size(), 64), fill.end());
+    const SamplingParams* sample = o.sample ? &sampling : nullptr;
     double wall = 0.0;
     // Warm-up, untimed (the rows pass's graphs, allocations), profiled and plain.
-    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, &wall));
-    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &wall));
+    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, sample, history, rng, &wall));
+    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, history, rng, &wall));
     auto pass = sample_pass(
         model, bo.kv_type, n_seq, true, o.depth, o.n_samples, profiler,
         [&]() -> Result<double> {
           double w = 0.0;
-          GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, &w));
+          GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, history, rng, &w));
           return w;
         },
-        [&](double* w) { return batch_pass(backend, tokens, o.depth, &profiler, w); });
+        [&](double* w) {
+          return batch_pass(backend, tokens, o.depth, &profiler, sample, history, rng, w);
+        });
     if (!pass.ok()) return pass.status();
     report.passes.push_back(std::move(pass).value());
   }

@@ -69,7 +69,9 @@ struct ProfileOptions {
   // B slots. Profiled after the rows shapes.
   std::vector<int> batch;
   int n_samples = 10;        // timed samples per shape (each also timed plain)
-  bool sample = true;        // decode: time picking the token (the model's recommended sampling)
+  // Decode steps: time picking the token (the model's recommended sampling); batched steps: every
+  // row's, as the server draws them (Backend::sample_batch, then the host).
+  bool sample = true;
   uint32_t seed = 42;        // synthetic tokens
 };
 
