@@ -13,6 +13,11 @@
 #                                           tests: llama-bench -p 1,2,4,8,16,32,512 -n 128 and
 #                                           llama-batched-bench -npp 512 -ntg 128 -npl 1..32
 #                                           (binaries from .device/llbin.tar.xz, or its build)
+#   bash bench/cuda/h200_batched.sh side-12b|side-31b   gem and llama.cpp in one call on one file
+#                                           (gem built by the build step): short evals at depth
+#                                           (-p 8,32 -n 0 -d 0,4096,16384 -r 3, gem bench and
+#                                           llama-bench -fa 1) and batched decode (--parallel 8,32
+#                                           -p 512 -n 128 against llama-batched-bench -npl 8,32)
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 step=${1:-build}
@@ -70,6 +75,21 @@ llama-12b|llama-31b)
   $L/llama-bench -m $M/g$p.gguf -ngl 99 -fa 1 -p 1,2,4,8,16,32,512 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
   log "llama-batched-bench $p"
   $L/llama-batched-bench -m $M/g$p.gguf -ngl 99 -fa on -c 24576 -npp 512 -ntg 128 -npl 1,2,4,8,16,32 \
+    2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
+  ;;
+side-12b|side-31b)
+  p=${step#side-}
+  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
+  source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
+  [ -n "${llama_pid:-}" ] && wait $llama_pid
+  L=/tmp/llama-build/bin
+  [ -x $L/llama-bench ] || { log "no llama.cpp binaries (carry .device/llbin.tar.xz)"; exit 1; }
+  log "short evals at depth, $p: gem bench, then llama-bench"
+  $GEM bench -m $M/g$p.gguf --backend cuda -p 8,32 -n 0 -d 0,4096,16384 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
+  $L/llama-bench -m $M/g$p.gguf -ngl 99 -fa 1 -p 8,32 -n 0 -d 0,4096,16384 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
+  log "batched decode, $p: gem bench --parallel, then llama-batched-bench"
+  $GEM bench -m $M/g$p.gguf --backend cuda --parallel 8,32 -p 512 -n 128 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
+  $L/llama-batched-bench -m $M/g$p.gguf -ngl 99 -fa on -c 24576 -npp 512 -ntg 128 -npl 8,32 \
     2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
   ;;
 esac
