@@ -30,6 +30,15 @@ GEM=$B/bin/gem
 M=/tmp/models
 mkdir -p $M
 
+# The llama.cpp steps: the synthetic file $p and llama.cpp's binaries in $L.
+llama_ready() {
+  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
+  source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
+  [ -n "${llama_pid:-}" ] && wait $llama_pid
+  L=/tmp/llama-build/bin
+  [ -x $L/llama-bench ] || { log "no llama.cpp binaries (carry .device/llbin.tar.xz)"; exit 1; }
+}
+
 case $step in
 build)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/batched.txt"
@@ -66,11 +75,7 @@ serve)
   ;;
 llama-12b|llama-31b)
   p=${step#llama-}
-  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
-  source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
-  [ -n "${llama_pid:-}" ] && wait $llama_pid
-  L=/tmp/llama-build/bin
-  [ -x $L/llama-bench ] || { log "no llama.cpp binaries (carry .device/llbin.tar.xz)"; exit 1; }
+  llama_ready
   log "llama-bench $p"
   $L/llama-bench -m $M/g$p.gguf -ngl 99 -fa 1 -p 1,2,4,8,16,32,512 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
   log "llama-batched-bench $p"
@@ -79,11 +84,7 @@ llama-12b|llama-31b)
   ;;
 side-12b|side-31b)
   p=${step#side-}
-  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
-  source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
-  [ -n "${llama_pid:-}" ] && wait $llama_pid
-  L=/tmp/llama-build/bin
-  [ -x $L/llama-bench ] || { log "no llama.cpp binaries (carry .device/llbin.tar.xz)"; exit 1; }
+  llama_ready
   log "short evals at depth, $p: gem bench, then llama-bench"
   $GEM bench -m $M/g$p.gguf --backend cuda -p 8,32 -n 0 -d 0,4096,16384 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
   $L/llama-bench -m $M/g$p.gguf -ngl 99 -fa 1 -p 8,32 -n 0 -d 0,4096,16384 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
