@@ -129,15 +129,7 @@ void Scheduler::publish() {
     info.push_back(i);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.busy_seconds = times_.busy_seconds;
-  stats_.eval_seconds = times_.eval_seconds;
-  stats_.prompt_eval_seconds = times_.prompt_eval_seconds;
-  stats_.n_prompt_steps = times_.n_prompt_steps;
-  stats_.sample_seconds = times_.sample_seconds;
-  stats_.host_draw_seconds = times_.host_draw_seconds;
-  stats_.n_host_draws = times_.n_host_draws;
-  stats_.emit_seconds = times_.emit_seconds;
-  stats_.release_seconds = times_.release_seconds;
+  stats_.time = times_;
   // Keep what an idle slot last ran (its task, prompt and decoded counts).
   for (size_t k = 0; k < info.size() && k < info_.size(); ++k) {
     if (!info[k].busy) {

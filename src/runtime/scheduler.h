@@ -66,16 +66,9 @@ struct SlotInfo {
   uint64_t n_reused = 0;      // requests that reused this slot's cache (some or all of it)
 };
 
-struct SchedulerStats {
-  uint64_t n_requests = 0;    // generate() calls that reached the scheduler
-  uint64_t n_steps = 0;       // eval_batch calls
-  uint64_t n_step_rows = 0;   // rows in them
-  uint64_t n_decode_rows = 0; // of them, decode rows (one generating slot each)
-  uint64_t n_reuse_hits = 0;  // requests that found part of their prompt cached
-  uint64_t n_evictions = 0;   // requests that started over on a slot holding another cache
-  int n_waiting = 0;          // requests waiting for a slot now
-  // Where the scheduler thread's time went (seconds), as of the last step: what a gap between
-  // the server's throughput and the backend's own (gem bench --parallel) consists of.
+// Where the scheduler thread's time went (seconds): what a gap between the server's throughput
+// and the backend's own (gem bench --parallel) consists of.
+struct SchedulerTimes {
   double busy_seconds = 0;         // admitting, starting, stepping, publishing (the rest: idle)
   double eval_seconds = 0;         // in the backend's evaluations (eval_batch, eval, drafting)
   double prompt_eval_seconds = 0;  // of them, evaluations that carried prompt rows
@@ -85,6 +78,17 @@ struct SchedulerStats {
   uint64_t n_host_draws = 0;
   double emit_seconds = 0;         // handing tokens to their requests (detokenise, stream)
   double release_seconds = 0;      // starting requests, rollbacks and resets after they end
+};
+
+struct SchedulerStats {
+  uint64_t n_requests = 0;    // generate() calls that reached the scheduler
+  uint64_t n_steps = 0;       // eval_batch calls
+  uint64_t n_step_rows = 0;   // rows in them
+  uint64_t n_decode_rows = 0; // of them, decode rows (one generating slot each)
+  uint64_t n_reuse_hits = 0;  // requests that found part of their prompt cached
+  uint64_t n_evictions = 0;   // requests that started over on a slot holding another cache
+  int n_waiting = 0;          // requests waiting for a slot now
+  SchedulerTimes time;        // as of the last step
 };
 
 class Scheduler {
@@ -153,7 +157,7 @@ class Scheduler {
   std::deque<Task*> waiting_;    // guarded by mu_
   std::vector<SlotInfo> info_;   // guarded by mu_
   SchedulerStats stats_;         // guarded by mu_
-  SchedulerStats times_;         // the scheduler thread's: its time fields, copied by publish()
+  SchedulerTimes times_;         // the scheduler thread's; published into stats_.time
   bool stop_ = false;            // guarded by mu_
   uint64_t next_task_ = 1;       // guarded by mu_
   uint64_t clock_ = 0;           // the scheduler thread's: LRU stamps

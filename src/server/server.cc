@@ -696,22 +696,22 @@ std::string Server::metrics_text() {
       // The scheduler thread's time (-np > 1): what separates the server's throughput from the
       // backend's own (gem bench --parallel).
       {"scheduler_busy_seconds_total", "Scheduler time spent starting, stepping and publishing (the rest is idle)",
-       st.busy_seconds},
+       st.time.busy_seconds},
       {"scheduler_eval_seconds_total", "Scheduler time in the backend's evaluations (decode steps, prompt chunks, drafting rounds)",
-       st.eval_seconds},
+       st.time.eval_seconds},
       {"scheduler_prompt_eval_seconds_total", "Of the evaluation time, steps that carried prompt rows",
-       st.prompt_eval_seconds},
+       st.time.prompt_eval_seconds},
       {"scheduler_prompt_steps_total", "Steps that carried prompt rows",
-       static_cast<double>(st.n_prompt_steps)},
+       static_cast<double>(st.time.n_prompt_steps)},
       {"scheduler_sample_seconds_total", "Scheduler time drawing tokens (device and host)",
-       st.sample_seconds},
+       st.time.sample_seconds},
       {"scheduler_host_draw_seconds_total", "Of the drawing time, draws on the host (first tokens, constraints, samplers the device lacks)",
-       st.host_draw_seconds},
-      {"scheduler_host_draws_total", "Tokens drawn on the host", static_cast<double>(st.n_host_draws)},
+       st.time.host_draw_seconds},
+      {"scheduler_host_draws_total", "Tokens drawn on the host", static_cast<double>(st.time.n_host_draws)},
       {"scheduler_emit_seconds_total", "Scheduler time handing tokens to their requests (detokenising, streaming)",
-       st.emit_seconds},
+       st.time.emit_seconds},
       {"scheduler_release_seconds_total", "Scheduler time starting requests and rolling back or resetting slots after them",
-       st.release_seconds},
+       st.time.release_seconds},
   };
   std::string out;
   auto add = [&](const Item& it, const char* type) {

@@ -209,14 +209,14 @@ TEST(Scheduler, ConcurrentStreamsEqualEachServedAlone) {
   EXPECT_GT(st.n_decode_rows, st.n_steps) << "decode steps should hold several slots' rows";
   // The thread's time: evaluations (some with prompt rows), draws and emits, disjoint parts of
   // its busy time.
-  EXPECT_GT(st.eval_seconds, 0.0);
-  EXPECT_GT(st.n_prompt_steps, 0u);
-  EXPECT_GT(st.prompt_eval_seconds, 0.0);
-  EXPECT_LT(st.prompt_eval_seconds, st.eval_seconds);
-  EXPECT_GT(st.sample_seconds, 0.0);
-  EXPECT_GT(st.emit_seconds, 0.0);
-  EXPECT_GE(st.busy_seconds,
-            st.eval_seconds + st.sample_seconds + st.emit_seconds + st.release_seconds);
+  EXPECT_GT(st.time.eval_seconds, 0.0);
+  EXPECT_GT(st.time.n_prompt_steps, 0u);
+  EXPECT_GT(st.time.prompt_eval_seconds, 0.0);
+  EXPECT_LT(st.time.prompt_eval_seconds, st.time.eval_seconds);
+  EXPECT_GT(st.time.sample_seconds, 0.0);
+  EXPECT_GT(st.time.emit_seconds, 0.0);
+  EXPECT_GE(st.time.busy_seconds,
+            st.time.eval_seconds + st.time.sample_seconds + st.time.emit_seconds + st.time.release_seconds);
   // At most one chunk of prompt rows a step; a prompt ending inside a chunk shares it with the
   // next one (two slots with several rows in one batch).
   bool shared = false;
