@@ -389,12 +389,13 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
   backend.checkpoint();
 
   const SamplingParams sampling = default_sampling(model.config);
+  // The penalties' window: the last 64 tokens of the cache (and a pass's own tokens).
+  const std::vector<int32_t> cached_tail(fill.end() - std::min<size_t>(fill.size(), 64), fill.end());
   Rng rng(o.seed);
   ProfileReport report;
   for (int rows : o.rows) {
     const std::vector<int32_t> tokens = synthetic_tokens(o.seed + 1 + rows, rows, n_vocab);
-    // The penalties' window: the last 64 tokens of the cache and the pass.
-    std::vector<int32_t> history(fill.end() - std::min<size_t>(fill.size(), 64), fill.end());
+    std::vector<int32_t> history = cached_tail;
     history.insert(history.end(), tokens.begin(), tokens.end());
     const SamplingParams* sample = rows == 1 && o.sample ? &sampling : nullptr;
 
@@ -416,22 +417,20 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
   }
   for (int n_seq : o.batch) {
     const std::vector<int32_t> tokens = synthetic_tokens(o.seed + 1000 + n_seq, n_seq, n_vocab);
-    // Every row's penalties see the last 64 tokens of the (forked) cache.
-    const std::vector<int32_t> history(fill.end() - std::min<size_t>(fill.size(), 64), fill.end());
     const SamplingParams* sample = o.sample ? &sampling : nullptr;
     double wall = 0.0;
     // Warm-up, untimed (the rows pass's graphs, allocations), profiled and plain.
-    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, sample, history, rng, &wall));
-    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, history, rng, &wall));
+    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, sample, cached_tail, rng, &wall));
+    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, cached_tail, rng, &wall));
     auto pass = sample_pass(
         model, bo.kv_type, n_seq, true, o.depth, o.n_samples, profiler,
         [&]() -> Result<double> {
           double w = 0.0;
-          GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, history, rng, &w));
+          GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, cached_tail, rng, &w));
           return w;
         },
         [&](double* w) {
-          return batch_pass(backend, tokens, o.depth, &profiler, sample, history, rng, w);
+          return batch_pass(backend, tokens, o.depth, &profiler, sample, cached_tail, rng, w);
         });
     if (!pass.ok()) return pass.status();
     report.passes.push_back(std::move(pass).value());
