@@ -29,6 +29,7 @@ REQS=${REQS:-2}          # requests per client at each count
 PROMPT=${PROMPT:-512}
 GEN=${GEN:-128}
 PARTS=${PARTS:-load agent}
+SAMPLED=${SAMPLED:-}      # non-empty: the table's requests sample (loadgen.py --sampled)
 BACKEND=${BACKEND:-cuda}  # a local smoke run: GEM=build/bin/gem BACKEND=cpu MODELS=tiny ...
 M=/tmp/models
 PORT=8091
@@ -51,7 +52,7 @@ llama_ready() {  # llama-server's build is done and made the binary
 }
 load() {  # label
   python3 bench/server/loadgen.py --url http://127.0.0.1:$PORT --clients $CLIENTS --requests $REQS \
-    --prompt $PROMPT --gen $GEN --label "$1" --json "$OUT/load_$1.json" 2>&1 | tee -a "$OUT/loadgen.txt"
+    --prompt $PROMPT --gen $GEN --label "$1" --json "$OUT/load_$1.json" ${SAMPLED:+--sampled} 2>&1 | tee -a "$OUT/loadgen.txt"
   curl -s http://127.0.0.1:$PORT/metrics > "$OUT/metrics_$1.txt" || true
 }
 agent() {  # label

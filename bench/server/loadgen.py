@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Load generator for OpenAI-compatible servers (gem serve, llama-server): N concurrent clients,
 each sending streamed chat requests back to back (fixed prompt size, fixed generation length:
-max_tokens with ignore_eos, temperature 0), for each N in --clients. Prints, per N: requests,
+max_tokens with ignore_eos, temperature 0, or with --sampled temperature 0.8 and top_k 40),
+for each N in --clients. Prints, per N: requests,
 aggregate generated tokens per second (all clients' completion tokens / the wall time of the
 run), p50/p99 time to first token and p50/p99 per-token latency (the gaps between streamed
 chunks of text after the first, what a client sees; a token that completes no character yet
@@ -51,17 +52,18 @@ def percentile(values, p):
 
 
 class Client:
-    def __init__(self, url, key, model, timeout):
+    def __init__(self, url, key, model, timeout, sampling=None):
         u = urllib.parse.urlparse(url)
         self.host, self.port = u.hostname, u.port or 80
         self.key, self.model, self.timeout = key, model, timeout
+        self.sampling = sampling or {"temperature": 0}
 
     def chat(self, messages, max_tokens, ignore_eos=True):
         """One streamed request: {ttft, gaps, n_gen, usage, timings, content, seconds}."""
         body = {"model": self.model, "messages": messages, "stream": True,
                 "stream_options": {"include_usage": True}, "max_tokens": max_tokens,
-                "temperature": 0, "seed": 1, "ignore_eos": ignore_eos,
-                "chat_template_kwargs": {"enable_thinking": False}}
+                "seed": 1, "ignore_eos": ignore_eos,
+                "chat_template_kwargs": {"enable_thinking": False}, **self.sampling}
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = "Bearer " + self.key
@@ -223,8 +225,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--label", default="server")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--sampled", action="store_true",
+                    help="sampled requests (temperature 0.8, top_k 40) instead of greedy ones")
     args = ap.parse_args()
-    client = Client(args.url, args.api_key, args.model, args.timeout)
+    sampling = {"temperature": 0.8, "top_k": 40} if args.sampled else None
+    if args.sampled and args.check:
+        ap.error("--check compares greedy outputs; it cannot be combined with --sampled")
+    client = Client(args.url, args.api_key, args.model, args.timeout, sampling)
     if args.check > 0:
         out = check(client, args)
         if args.json:
