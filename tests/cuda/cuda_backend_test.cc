@@ -447,6 +447,56 @@ TEST(CudaBackend, SampleBatchMatchesTheHostSamplerOnEveryRow) {
   }
 }
 
+// A step of a full rows pass of decode rows (32) and a short prompt run of another slot: the
+// decode rows are evaluated last, so their logits stay on the device and sample_batch draws
+// every one of them there (a row whose logits went to the host is left to the caller). The
+// logits equal those of the same decode rows evaluated without the prompt run.
+TEST(CudaBackend, DecodeRowsStayOnTheDeviceBesideAPromptRun) {
+  REQUIRE_GPU();
+  const std::string path = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(path);
+  const int D = 32, S = D + 1;  // slot D prefills
+  auto m = model::load_model(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  BackendOptions o;
+  o.n_ctx = 64;
+  o.kv_type = model::KvType::kF16;
+  o.n_slots = S;
+  std::vector<std::vector<float>> want(D);
+  const auto base = prompt_tokens("long");
+  for (bool with_prompt : {false, true}) {
+    auto made = make_cuda_backend(**m, o);
+    ASSERT_TRUE(made.ok()) << made.message();
+    Backend& gpu = **made;
+    std::vector<BatchRow> rows;
+    for (int s = 0; s < D; ++s) {
+      for (int i = 0; i < 3; ++i) rows.push_back({s, i, base[(s + 2 * i) % base.size()], false});
+    }
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    rows.clear();
+    for (int s = 0; s < D; ++s) rows.push_back({s, 3, base[(5 * s + 1) % base.size()], true});
+    if (with_prompt) {
+      for (int i = 0; i < 6; ++i) rows.push_back({D, i, base[i], i == 5});
+    }
+    ASSERT_TRUE(gpu.eval_batch(rows).ok());
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    std::vector<Backend::BatchSample> reqs(D);
+    for (auto& r : reqs) r.params = &greedy;
+    const auto picks = gpu.sample_batch(reqs);
+    for (int s = 0; s < D; ++s) {
+      ASSERT_TRUE(picks[s].has_value()) << "decode row " << s << " was not drawn on the device";
+      const auto row = gpu.batch_logits(s);
+      if (!with_prompt) {
+        want[s].assign(row.begin(), row.end());
+      } else {
+        expect_bitwise(row, want[s], "decode row " + std::to_string(s) + " beside a prompt run");
+      }
+      EXPECT_EQ(*picks[s], sample_token(row, greedy, {}, 0.0)) << "row " << s;
+    }
+  }
+}
+
 TEST(CudaBackend, SequenceSlotsMatchOneSequenceEach) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");

@@ -226,7 +226,24 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   }
   // Short runs gather into rows passes (flushed when full, or before a long run of one of their
   // slots); long runs go through the tile path on their own. Only the last pass's logits stay on
-  // the device until read (or sampled there).
+  // the device until read (or sampled there), so the runs whose every row wants logits (decode
+  // rows, verifications) are taken last: a step's prompt tail then goes in an earlier pass
+  // instead of pushing decode rows out of the last one (their logits to the host, drawn there).
+  // Only runs of slots with no other run in the batch move (a slot's runs keep their order).
+  std::vector<int> runs_of(static_cast<size_t>(options().n_slots), 0);
+  for (const Run& r : runs) ++runs_of[static_cast<size_t>(rows[r.row0].slot)];
+  const auto last_group = std::stable_partition(runs.begin(), runs.end(), [&](const Run& r) {
+    if (runs_of[static_cast<size_t>(rows[r.row0].slot)] > 1) return true;
+    for (int i = r.row0; i < r.row0 + r.n; ++i) {
+      if (!rows[i].logits) return true;
+    }
+    return false;
+  });
+  const size_t first_last = static_cast<size_t>(last_group - runs.begin());
+  const bool short_ok = rows_ok_;
+  auto is_short = [&](const Run& r) { return r.n <= std::min(kRowsRunMax, rows_max_) && short_ok; };
+  int last_rows = 0;  // the last group's rows that gather into passes
+  for (auto it = last_group; it != runs.end(); ++it) last_rows += is_short(*it) ? it->n : 0;
   std::vector<int> pending;  // batch rows of the pass being gathered
   auto flush = [&](bool final_op) -> Status {
     if (pending.empty()) return ok_status();
@@ -271,7 +288,12 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     const Run& run = runs[ri];
     const int slot = rows[run.row0].slot;
-    if (run.n <= std::min(kRowsRunMax, rows_max_) && rows_ok_) {  // a pass holds rows_max_ rows
+    // The earlier group's gathered rows go in a pass of their own when the last group's would
+    // not fit beside them.
+    if (ri == first_last && static_cast<int>(pending.size()) + last_rows > rows_max_) {
+      GEM_RETURN_IF_ERROR(flush(false));
+    }
+    if (is_short(run)) {  // a pass holds rows_max_ rows
       if (static_cast<int>(pending.size()) + run.n > rows_max_) GEM_RETURN_IF_ERROR(flush(false));
       for (int i = run.row0; i < run.row0 + run.n; ++i) pending.push_back(i);
       continue;
