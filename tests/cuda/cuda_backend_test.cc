@@ -380,9 +380,10 @@ TEST(CudaBackend, TruncateLeavesNoTrace) {
 // and its source, or a restored slot and a fork taken at its checkpoint, give bit-identical rows
 // for the same tokens in one batch.
 // sample_batch over a batched step of many slots: each pick equals the host sampler's on that
-// row's logits — plain greedy rows (one arg-max over all of them), greedy rows with a penalty
-// window and sampled rows (a launch each), in one call, and rows the device does not take
-// (top-k off) left to the caller.
+// row's logits — plain greedy rows (one arg-max over all of them), sampled rows with one top-k
+// (one top-k chain over all of them), greedy rows with a penalty window and a sampled row with
+// another top-k (a launch each), in one call, and rows the device does not take (top-k off)
+// left to the caller.
 TEST(CudaBackend, SampleBatchMatchesTheHostSamplerOnEveryRow) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");
@@ -417,11 +418,12 @@ TEST(CudaBackend, SampleBatchMatchesTheHostSamplerOnEveryRow) {
     std::vector<Backend::BatchSample> reqs(S);
     for (int i = 0; i < S; ++i) {
       SamplingParams& p = params[i];
-      p.temperature = 0.0f;  // rows 0, 3, 6, 9 ...: plain greedy
+      p.temperature = 0.0f;  // rows 0, 3, 4, 8: plain greedy
       if (i % 4 == 1) p.repeat_penalty = 1.3f;  // greedy with a penalty window
       if (i % 4 == 2) {
-        p.temperature = 0.9f;  // sampled: top-k chain
+        p.temperature = 0.9f;  // sampled: top-k chain (rows with one top-k: one chain for all)
         p.min_p = 0.01f;
+        if (i == 10) p.top_k = 20;  // another top-k: a chain of its own
       }
       if (i % 4 == 3 && i > 4) {
         p.temperature = 0.7f;

@@ -323,8 +323,9 @@ std::span<const float> CudaBackend::batch_logits(int i) {
 }
 
 // Device sampling of the rows of the last eval_batch still on the device: greedy rows with no
-// penalty window in one arg-max over all of them, the others one launch each; one copy of the
-// picks, one synchronisation. Rows whose parameters the device sampler does not take (sample()'s
+// penalty window in one arg-max over all of them, sampled rows with none (and one top-k) in one
+// top-k chain over all of them, the others a launch each; one copy of the picks, one
+// synchronisation. Rows whose parameters the device sampler does not take (sample()'s
 // rule) or whose logits went to the host are left to the caller.
 std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const BatchSample> reqs) {
   std::vector<std::optional<int32_t>> out(reqs.size());
@@ -333,7 +334,9 @@ std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const Ba
     int i;        // the request
     size_t n_hist;
   };
-  std::vector<Pick> plain, other;  // plain: greedy, no penalty window
+  // greedy: greedy rows with no penalty window; drawn: sampled rows with none and the top-k of
+  // the first of them; other: the rest, a launch each.
+  std::vector<Pick> greedy_rows, drawn, other;
   for (size_t i = 0; i < reqs.size() && static_cast<int>(i) < batch_rows_; ++i) {
     if (batch_on_host_[i] || reqs[i].params == nullptr) continue;
     const SamplingParams& params = *reqs[i].params;
@@ -348,22 +351,48 @@ std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const Ba
       if (params.repeat_last_n > 0) n_hist = std::min(n_hist, static_cast<size_t>(params.repeat_last_n));
     }
     if (n_hist > 256) continue;
-    (greedy && n_hist == 0 ? plain : other).push_back({static_cast<int>(i), n_hist});
+    const Pick pick{static_cast<int>(i), n_hist};
+    if (n_hist > 0) {
+      other.push_back(pick);
+    } else if (greedy) {
+      greedy_rows.push_back(pick);
+    } else if (drawn.empty() || params.top_k == reqs[drawn.front().i].params->top_k) {
+      drawn.push_back(pick);
+    } else {
+      other.push_back(pick);
+    }
   }
-  if (plain.empty() && other.empty()) return out;
-  // Picks: the plain rows' first (k = 0 ..), then the others'.
+  const size_t n_g = greedy_rows.size(), n_d = drawn.size();
+  if (n_g + n_d + other.size() == 0) return out;
+  // Picks (and the device's row list): the greedy rows' first (k = 0 ..), then the drawn ones',
+  // then the others'.
   int32_t* rows_host = pinned_batch_ + static_cast<size_t>(rows_max_) * 257;
-  for (size_t k = 0; k < plain.size(); ++k) rows_host[k] = batch_dev_row_[plain[k].i];
-  const int chunk = cuda::argmax_rows_max(V);
-  for (size_t k0 = 0; k0 < plain.size(); k0 += static_cast<size_t>(chunk)) {
-    const int n = static_cast<int>(std::min(plain.size() - k0, static_cast<size_t>(chunk)));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(argmax_rows_dev_ + k0, rows_host + k0, n * sizeof(int32_t),
+  for (size_t k = 0; k < n_g; ++k) rows_host[k] = batch_dev_row_[greedy_rows[k].i];
+  for (size_t k = 0; k < n_d; ++k) {
+    const BatchSample& r = reqs[drawn[k].i];
+    rows_host[n_g + k] = batch_dev_row_[drawn[k].i];
+    pinned_draws_[k] = cuda::DrawArgs{r.params->top_k, r.params->top_p, r.params->min_p,
+                                      r.params->temperature, r.coin};
+  }
+  if (n_g + n_d > 0) {
+    GEM_CUDA_CHECK(cudaMemcpyAsync(argmax_rows_dev_, rows_host, (n_g + n_d) * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, stream_));
+  }
+  const int chunk = cuda::argmax_rows_max(V);
+  for (size_t k0 = 0; k0 < n_g; k0 += static_cast<size_t>(chunk)) {
+    const int n = static_cast<int>(std::min(n_g - k0, static_cast<size_t>(chunk)));
     cuda::argmax_rows(logits_dev_, V, argmax_rows_dev_ + k0, n, sample_outs_dev_ + k0,
                       sample_scratch_, stream_);
   }
+  if (n_d > 0) {
+    GEM_CUDA_CHECK(cudaMemcpyAsync(draws_dev_, pinned_draws_, n_d * sizeof(cuda::DrawArgs),
+                                   cudaMemcpyHostToDevice, stream_));
+    cuda::sample_top_k_rows(logits_dev_, V, argmax_rows_dev_ + n_g, static_cast<int>(n_d),
+                            reqs[drawn.front().i].params->top_k, draws_dev_,
+                            sample_outs_dev_ + n_g, topk_rows_scratch_, stream_);
+  }
   for (size_t j = 0; j < other.size(); ++j) {
-    const size_t k = plain.size() + j;
+    const size_t k = n_g + n_d + j;
     const SamplingParams& params = *reqs[other[j].i].params;
     const std::span<const int32_t> history = reqs[other[j].i].history;
     const size_t n_hist = other[j].n_hist;
@@ -385,12 +414,13 @@ std::vector<std::optional<int32_t>> CudaBackend::sample_batch(std::span<const Ba
       cuda::sample_top_k(logits, V, pen, draw, sample_outs_dev_ + k, sample_scratch_, stream_);
     }
   }
-  const size_t n_picks = plain.size() + other.size();
+  const size_t n_picks = n_g + n_d + other.size();
   GEM_CUDA_CHECK(cudaMemcpyAsync(pinned_batch_, sample_outs_dev_, n_picks * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream_));
   GEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t k = 0; k < plain.size(); ++k) out[plain[k].i] = pinned_batch_[k];
-  for (size_t j = 0; j < other.size(); ++j) out[other[j].i] = pinned_batch_[plain.size() + j];
+  for (size_t k = 0; k < n_g; ++k) out[greedy_rows[k].i] = pinned_batch_[k];
+  for (size_t k = 0; k < n_d; ++k) out[drawn[k].i] = pinned_batch_[n_g + k];
+  for (size_t j = 0; j < other.size(); ++j) out[other[j].i] = pinned_batch_[n_g + n_d + j];
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/sample.cuh"
 #include "backend/cuda/tuning.h"
 #include "backend/profile.h"
 #include "backend/cuda/types.cuh"
@@ -271,7 +272,10 @@ class CudaBackend final : public Backend {
   std::vector<char> batch_on_host_;
   int32_t* sample_outs_dev_ = nullptr;  // [rows_max_] sample_batch's picks
   int32_t* hists_dev_ = nullptr;        // [rows_max_, 256] their penalty windows
-  int32_t* argmax_rows_dev_ = nullptr;  // [rows_max_] the logits rows of its plain greedy picks
+  int32_t* argmax_rows_dev_ = nullptr;  // [rows_max_] the logits rows of its batched picks
+  cuda::DrawArgs* draws_dev_ = nullptr;     // [rows_max_] the batched sampled rows' draws
+  cuda::DrawArgs* pinned_draws_ = nullptr;  // pinned: their staging
+  float* topk_rows_scratch_ = nullptr;      // their top-k rounds' candidates
   // pinned: [rows_max_] picks, [rows_max_, 256] windows, [rows_max_] plain greedy rows
   int32_t* pinned_batch_ = nullptr;
 

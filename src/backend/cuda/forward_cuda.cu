@@ -53,6 +53,7 @@ CudaBackend::~CudaBackend() {
   if (step_host_) cudaFreeHost(step_host_);
   if (rows_host_) cudaFreeHost(rows_host_);
   if (pinned_batch_) cudaFreeHost(pinned_batch_);
+  if (pinned_draws_) cudaFreeHost(pinned_draws_);
   if (pinned_small_) cudaFreeHost(pinned_small_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -215,6 +216,9 @@ Status CudaBackend::init() {
   sample_outs_dev_ = static_cast<int32_t*>(dev_alloc(rows_max_ * sizeof(int32_t)));
   hists_dev_ = static_cast<int32_t*>(dev_alloc(static_cast<size_t>(rows_max_) * 256 * sizeof(int32_t)));
   argmax_rows_dev_ = static_cast<int32_t*>(dev_alloc(rows_max_ * sizeof(int32_t)));
+  draws_dev_ = static_cast<cuda::DrawArgs*>(dev_alloc(rows_max_ * sizeof(cuda::DrawArgs)));
+  topk_rows_scratch_ =
+      f(static_cast<size_t>(cuda::top_k_rows_scratch_floats(cfg_.n_vocab, rows_max_)));
   x_ = f(T * E);
   h_ = f(T * E);
   hq_ = q8(E);
@@ -260,6 +264,7 @@ Status CudaBackend::init() {
   GEM_CUDA_CHECK(cudaMallocHost(&rows_host_, 2 * rows_max_ * sizeof(cuda::RowParams)));
   GEM_CUDA_CHECK(cudaMallocHost(&pinned_batch_, static_cast<size_t>(rows_max_) * 258 * sizeof(int32_t)));
   GEM_CUDA_CHECK(cudaMallocHost(&pinned_small_, 257 * sizeof(int32_t)));
+  GEM_CUDA_CHECK(cudaMallocHost(&pinned_draws_, rows_max_ * sizeof(cuda::DrawArgs)));
   GEM_LOG_INFO("cuda: %.2f GB of weights on the device in %.1f s; KV %s for %d positions%s",
                static_cast<double>(weight_bytes_) / 1e9, timer.seconds(),
                std::string(model::kv_type_name(opt_.kv_type)).c_str(), opt_.n_ctx,

@@ -135,14 +135,35 @@ __device__ __forceinline__ bool ahead(float v, int id, float v2, int id2) {
   return v > v2 || (v == v2 && id < id2);
 }
 
+// Rows of a batched top-k round (blockIdx.y = row y; all zero for one row): the first round reads
+// row y at in_v + rows[y]·in_stride (ids implicit), later ones its candidates at y·in_stride; its
+// survivors go to y·out_stride, its draw uses draws[y] and writes out[y].
+struct TopkRows {
+  const int32_t* rows = nullptr;
+  int64_t in_stride = 0;
+  int64_t out_stride = 0;
+  const DrawArgs* draws = nullptr;
+};
+
 // Each block sorts its kSortWidth inputs (ids implicit = index when in_id is null) by the
 // sampler's order (bitonic, in shared memory) and keeps the first k, at out[blockIdx.x·k]. With
 // a single block and `draw` set, thread 0 then runs the rest of the chain on the k survivors.
 __global__ void __launch_bounds__(kSortWidth / 2)
     topk_round_kernel(const float* in_v, const int* in_id, int n, int k, float* out_v,
-                      int* out_id, bool draw, DrawArgs d, int32_t* out) {
+                      int* out_id, bool draw, DrawArgs d_one, int32_t* out, TopkRows tr) {
   __shared__ float sv[kSortWidth];
   __shared__ int si[kSortWidth];
+  const int y = blockIdx.y;
+  if (tr.rows != nullptr) {
+    in_v += static_cast<int64_t>(tr.rows[y]) * tr.in_stride;
+  } else {
+    in_v += y * tr.in_stride;
+    if (in_id != nullptr) in_id += y * tr.in_stride;
+  }
+  out_v += y * tr.out_stride;
+  out_id += y * tr.out_stride;
+  out += y;
+  const DrawArgs d = tr.draws != nullptr ? tr.draws[y] : d_one;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * kSortWidth;
   for (int i = threadIdx.x; i < kSortWidth; i += blockDim.x) {
     const int64_t j = base + i;
@@ -251,7 +272,7 @@ void sample_top_k(const float* logits, int n_vocab, const PenaltyArgs& pen, cons
     const int blocks = (n + kSortWidth - 1) / kSortWidth;
     const bool last = blocks == 1;
     topk_round_kernel<<<blocks, kSortWidth / 2, 0, s>>>(in_v, in_id, n, d.top_k, cv[buf], ci[buf],
-                                                        last, d, out);
+                                                        last, d, out, TopkRows{});
     GEM_CUDA_LAUNCHED();
     if (last) return;
     in_v = cv[buf];
@@ -259,6 +280,37 @@ void sample_top_k(const float* logits, int n_vocab, const PenaltyArgs& pen, cons
     n = blocks * d.top_k;
     buf ^= 1;
   }
+}
+
+void sample_top_k_rows(const float* logits, int n_vocab, const int32_t* rows, int n_rows, int top_k,
+                       const DrawArgs* draws, int32_t* out, float* scratch, cudaStream_t s) {
+  if (n_rows <= 0) return;
+  const int64_t cap = cand_capacity(n_vocab);
+  const int64_t buf_floats = static_cast<int64_t>(n_rows) * cap;
+  float* cv[2] = {scratch, scratch + buf_floats};
+  int* ci[2] = {reinterpret_cast<int*>(scratch + 2 * buf_floats),
+                reinterpret_cast<int*>(scratch + 3 * buf_floats)};
+  TopkRows tr{rows, n_vocab, cap, draws};
+  const float* in_v = logits;
+  const int* in_id = nullptr;
+  int n = n_vocab, buf = 0;
+  for (;;) {
+    const int blocks = (n + kSortWidth - 1) / kSortWidth;
+    const bool last = blocks == 1;
+    topk_round_kernel<<<dim3(blocks, n_rows), kSortWidth / 2, 0, s>>>(
+        in_v, in_id, n, top_k, cv[buf], ci[buf], last, DrawArgs{}, out, tr);
+    GEM_CUDA_LAUNCHED();
+    if (last) return;
+    in_v = cv[buf];
+    in_id = ci[buf];
+    tr = TopkRows{nullptr, cap, cap, draws};
+    n = blocks * top_k;
+    buf ^= 1;
+  }
+}
+
+int64_t top_k_rows_scratch_floats(int n_vocab, int n_rows) {
+  return 4 * static_cast<int64_t>(n_rows) * cand_capacity(n_vocab);
 }
 
 void argmax_penalized(const float* logits, int n_vocab, const PenaltyArgs& pen, int32_t* out,

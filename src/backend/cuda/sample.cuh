@@ -44,5 +44,11 @@ struct DrawArgs {
 };
 void sample_top_k(const float* logits, int n_vocab, const PenaltyArgs& pen, const DrawArgs& d,
                   int32_t* out, float* scratch, cudaStream_t s);
+// The same chain for n rows at once with no penalties and one top_k (row j: logits +
+// rows[j]·n_vocab, its draw from draws[j], both on the device; out[j] equals what sample_top_k
+// picks for that row alone). scratch: floats of top_k_rows_scratch_floats(n_vocab, n_rows).
+void sample_top_k_rows(const float* logits, int n_vocab, const int32_t* rows, int n_rows, int top_k,
+                       const DrawArgs* draws, int32_t* out, float* scratch, cudaStream_t s);
+int64_t top_k_rows_scratch_floats(int n_vocab, int n_rows);
 
 }  // namespace gem::cuda
