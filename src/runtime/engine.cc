@@ -242,12 +242,14 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
     if (drafts.empty()) {
       // A plain decode step (on CUDA the decode graph, sampling on the device).
       const int32_t one[1] = {root};
+      const Timer step;
       GEM_RETURN_IF_ERROR(backend_->eval(std::span<const int32_t>(one, 1), false));
       const bool sampled = request.sampling.temperature > 0.0f;
       const double coin = sampled ? rng.next_double() : 0.0;
       const std::optional<int32_t> on_device = backend_->sample(request.sampling, history, coin);
       root = on_device ? *on_device
                        : sample_token(backend_->logits(-1), request.sampling, history, coin);
+      spec.note_plain_step(step.seconds());
       spec.set_root_row(-1);
       continue;
     }

@@ -74,6 +74,10 @@ struct GenerateRequest {
   // llama-server's --draft-min: a round drafts at least this many tokens (when the context and
   // max_tokens leave room), and a shorter draft is dropped (that round decodes one token).
   int draft_min = 0;
+  // Under the acceptance cap, each round's length is the one with the most tokens a second from
+  // the costs measured so far, plain steps included (generation.h, best_draft_len). Tests of the
+  // rounds' machinery turn it off, so that every round drafts up to the cap whatever it costs.
+  bool draft_by_cost = true;
 };
 
 struct GenerateCallbacks {

@@ -99,10 +99,50 @@ bool emit_token(int32_t token, bool eog, int n_ctx, const GenerateRequest& reque
 
 namespace gem::runtime {
 
+namespace {
+
+// Running estimates: the first sample, then a quarter of each new one.
+void blend(double& estimate, double sample) {
+  estimate = estimate > 0.0 ? 0.75 * estimate + 0.25 * sample : sample;
+}
+
+}  // namespace
+
+int best_draft_len(std::span<const double> round_s, double draft_s, double alpha, int k_lo, int k_hi,
+                   bool allow_plain) {
+  k_lo = std::max(k_lo, 1);
+  if (k_hi < k_lo) return std::max(k_hi, 0);
+  auto measured = [&](int k) { return static_cast<size_t>(k) < round_s.size() && round_s[k] > 0.0; };
+  if (!measured(k_hi)) return k_hi;
+  int best = -1;
+  double best_rate = 0.0;
+  double tokens = 1.0, term = 1.0;  // 1 + α + … + α^k
+  for (int k = 0; k <= k_hi; ++k) {
+    if (k > 0) {
+      term *= alpha;
+      tokens += term;
+    }
+    if ((k == 0 ? !allow_plain : k < k_lo) || !measured(k)) continue;
+    const double rate = tokens / (round_s[static_cast<size_t>(k)] + k * draft_s);
+    if (best < 0 || rate > best_rate) {
+      best = k;
+      best_rate = rate;
+    }
+  }
+  // The next candidate below the best, while it is not measured.
+  const int below = best > k_lo ? best - 1 : (best == k_lo && allow_plain ? 0 : -1);
+  return below >= 0 && !measured(below) ? below : best;
+}
+
 Speculation::Speculation(const GenerateRequest& request, Rng& rng,
                          const std::vector<int32_t>& history)
     : request_(request), rng_(rng), history_(history),
-      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max) {}
+      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max),
+      round_s_(static_cast<size_t>(std::max({request.draft_max, request.draft_min, 0})) + 1, 0.0) {}
+
+void Speculation::note_plain_step(double seconds) {
+  if (seconds > 0.0) blend(round_s_[0], seconds);
+}
 
 int32_t Speculation::choose(std::span<const float> row) {
   return sample_token(row, request_.sampling, history_, sampled_ ? rng_.next_double() : 0.0);
@@ -143,10 +183,23 @@ int Speculation::draft_len(int cur, int n_ctx, int n_generated) {
   int k = std::min(std::max(k_cur_, request_.draft_min), n_ctx - 1 - cur);
   if (request_.max_tokens >= 0) k = std::min(k, request_.max_tokens - n_generated);
   if (pause_ > 0) {
-    --pause_;
-    k = 0;
+    if (--pause_ == 0) probe_ = true;
+    return 0;
   }
-  return std::max(0, k);
+  if (k <= 0 || !request_.draft_by_cost) return std::max(k, 0);
+  // The cost model picks under the cap (never below draft_min: such drafts would be dropped).
+  const double alpha = (n_hit_ + 0.5) / (n_hit_ + n_miss_ + 1.0);
+  const bool allow_plain = !probe_;
+  probe_ = false;
+  const int best = best_draft_len(round_s_, draft_s_, alpha, request_.draft_min, k, allow_plain);
+  if (best == 0 && round_s_[0] > 0.0) {
+    // Plain steps are worth more than any round: pause as after misses (a later probe drafts).
+    // (Not measured yet: this one plain step measures it.)
+    pause_ = pause_len_ - 1;
+    pause_len_ = std::min(256, 2 * pause_len_);
+    probe_ = pause_ == 0;
+  }
+  return best;
 }
 
 std::vector<int32_t> Speculation::propose(int32_t root, int cur, int n_ctx,
@@ -157,7 +210,11 @@ std::vector<int32_t> Speculation::propose(int32_t root, int cur, int n_ctx,
   std::vector<int32_t> drafts = request_.drafter->propose(root, cur, root_row_, k);
   if (static_cast<int>(drafts.size()) > k) drafts.resize(k);
   if (static_cast<int>(drafts.size()) < request_.draft_min) drafts.clear();
-  if (!drafts.empty()) result.draft_seconds += timer.seconds();
+  if (!drafts.empty()) {
+    const double s = timer.seconds();
+    result.draft_seconds += s;
+    blend(draft_s_, s / static_cast<double>(drafts.size()));
+  }
   return drafts;
 }
 
@@ -165,6 +222,7 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
                           std::span<const int32_t> drafts, const std::function<bool(int32_t)>& emit,
                           GenerateResult& result, bool* ended, int32_t* next) {
   *ended = false;
+  const Timer whole;  // the round's cost for best_draft_len: verification to the next root
   rows_.clear();
   rows_.push_back({slot, cur, root, true});
   for (size_t i = 0; i < drafts.size(); ++i) {
@@ -217,6 +275,11 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
     misses_ = 0;
     pause_ = pause_len_;
     pause_len_ = std::min(256, 2 * pause_len_);
+  }
+  n_hit_ = 0.875 * n_hit_ + accepted;
+  n_miss_ = 0.875 * n_miss_ + (accepted < n_drafts ? 1.0 : 0.0);
+  if (static_cast<size_t>(n_drafts) < round_s_.size()) {
+    blend(round_s_[static_cast<size_t>(n_drafts)], whole.seconds());
   }
   *next = bonus;
   root_row_ = accepted;

@@ -70,7 +70,21 @@ namespace gem::runtime {
 // Adaptation: the draft length follows acceptance (doubling after a fully accepted round, the
 // accepted count plus one after a partial one); two rounds in a row with nothing accepted pause
 // drafting for `pause_len` tokens (doubling up to 256 while probes keep failing), so a drafter
-// that is rarely right costs a probe now and then.
+// that is rarely right costs a probe now and then. Under that cap the length is the one with the
+// most tokens a second (best_draft_len) from what the rounds measured: each length's round time,
+// a draft step's time, a plain step's time and the acceptance rate. A verification's cost is a
+// step function of its rows on CUDA (the rows pass takes tokens in groups of 8), so a ninth row
+// can cost more than the draft it verifies is worth.
+//
+// best_draft_len: a round of k drafts yields 1 + α + … + α^k tokens on average (draft i is
+// accepted with probability α while the ones before it were; then the target's own token) in
+// round_s[k] + k·draft_s seconds; no drafts (k = 0) yield one token in round_s[0] (a plain
+// step). Returns the k of {0} ∪ [k_lo, k_hi] with the most tokens a second among the measured
+// ones (round_s[k] > 0; k = 0 only with allow_plain), exploring: k_hi while it is not measured,
+// then the next candidate below the best while that one is not.
+int best_draft_len(std::span<const double> round_s, double draft_s, double alpha, int k_lo, int k_hi,
+                   bool allow_plain);
+
 class Speculation {
  public:
   // `history` (prompt + emitted tokens, what the penalties look at) and `rng` must outlive it.
@@ -95,6 +109,8 @@ class Speculation {
   // The batch row the root was chosen from (-1: the last row of the last eval), for propose().
   int root_row() const { return root_row_; }
   void set_root_row(int row) { root_row_ = row; }
+  // A plain step (no drafts) took `seconds` from its eval to its drawn token.
+  void note_plain_step(double seconds);
 
  private:
   bool verify(Backend& backend, int i, int32_t d, int32_t* next);
@@ -106,7 +122,12 @@ class Speculation {
   const std::vector<int32_t>& history_;
   bool sampled_;
   int k_cur_, misses_ = 0, pause_ = 0, pause_len_ = 8;
+  bool probe_ = false;  // the round after a pause drafts whatever plain steps cost
   int root_row_ = -1;
+  // The cost model of best_draft_len: round seconds by draft count (index 0: a plain step; 0 =
+  // not measured), a draft step's seconds, and decayed counts of accepted and rejected drafts.
+  std::vector<double> round_s_;
+  double draft_s_ = 0.0, n_hit_ = 0.0, n_miss_ = 0.0;
   std::vector<BatchRow> rows_;
   std::vector<std::optional<int32_t>> picks_;  // greedy: sample_batch's picks of the round's rows
   std::vector<int32_t> ext_;                   // greedy: history + drafts (the rows' penalty windows)

@@ -582,7 +582,10 @@ void Scheduler::solo_step(Slot& slot) {
     token = draw_on_host(backend_.logits(-1), request, slot.history, slot.generated, coin, scratch);
   }
   times_.sample_seconds += now_seconds() - t_sample;
-  if (slot.spec) slot.spec->set_root_row(-1);
+  if (slot.spec) {
+    slot.spec->note_plain_step(now_seconds() - t_eval);
+    slot.spec->set_root_row(-1);
+  }
   if (request.top_logprobs >= 0 && slot.task->cb->on_logprobs) {
     // Where the backend keeps the row (on the device after a device draw), as Engine does.
     slot.task->cb->on_logprobs(*token, on_device

@@ -5,13 +5,16 @@
 // The CPU backend on the tiny fixture, past its sliding window.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/test_util.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/generation.h"
 #include "runtime/mtp_draft.h"
 #include "runtime/speculative_util.h"
 
@@ -65,6 +68,7 @@ TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
         req.stop_at_eog = false;
         req.drafter = &d;
         req.draft_max = draft_max;
+        req.draft_by_cost = false;  // every round drafts up to the acceptance cap
         Output out;
         GenerateCallbacks cb;
         cb.on_token = [&](int32_t t) {
@@ -202,6 +206,110 @@ TEST(Speculative, DraftMinAsksForAtLeastAndDropsShorterDrafts) {
   EXPECT_GT(kept.result.verify_seconds, 0.0);
   EXPECT_GT(kept.result.draft_seconds, 0.0);
   EXPECT_EQ(kept.result.truncate_seconds, 0.0);  // nothing rejected
+}
+
+// The draft length's cost model (best_draft_len) on the costs that matter: a verification whose
+// price steps up at 9 rows (CUDA's rows pass, 12B on the H200: 7 drafts 5.26 ms a round, 8 drafts
+// 6.76 ms, a draft step 0.2 ms, a plain step 2.87 ms), costs that grow evenly, a poor drafter and
+// the exploration of lengths not measured yet.
+TEST(Speculative, DraftLengthMaximisesTokensPerSecond) {
+  const double plain = 2.87e-3, draft = 0.2e-3;
+  std::vector<double> step(9, 0.0);  // a round's seconds by draft count (0: a plain step)
+  step[0] = plain;
+  for (int k = 1; k <= 7; ++k) step[k] = 4.3e-3 + 0.13e-3 * k;  // 5.21 ms at 7
+  step[8] = 6.76e-3;
+  // Every draft right: the ninth row costs more than its token is worth.
+  EXPECT_EQ(best_draft_len(step, draft, 1.0, 1, 8, true), 7);
+  // Without the step, the longest draft wins.
+  std::vector<double> even = step;
+  even[8] = 4.3e-3 + 0.13e-3 * 8;
+  EXPECT_EQ(best_draft_len(even, draft, 1.0, 1, 8, true), 8);
+  // A cap below the step is kept.
+  EXPECT_EQ(best_draft_len(step, draft, 1.0, 1, 5, true), 5);
+  // Acceptance 0.7: 1 + .7 + ... + .7^k tokens; a few drafts are worth most.
+  const int mid = best_draft_len(step, draft, 0.7, 1, 8, true);
+  EXPECT_GE(mid, 2);
+  EXPECT_LE(mid, 5);
+  // Acceptance 0.3: no round yields 1.43 tokens in less than 1.43 plain steps: plain steps.
+  EXPECT_EQ(best_draft_len(step, draft, 0.3, 1, 8, true), 0);
+  // ... unless plain steps are not an option now (a probe after a pause): the cheapest round.
+  EXPECT_EQ(best_draft_len(step, draft, 0.3, 1, 8, false), 1);
+  // draft_min bounds the lengths from below.
+  EXPECT_EQ(best_draft_len(step, draft, 0.3, 3, 8, true), 0);
+  EXPECT_EQ(best_draft_len(step, draft, 0.3, 3, 8, false), 3);
+  // Exploration: the cap first while it is not measured, then the next one below the best.
+  std::vector<double> fresh(9, 0.0);
+  EXPECT_EQ(best_draft_len(fresh, draft, 0.5, 1, 8, true), 8);
+  fresh[8] = step[8];
+  EXPECT_EQ(best_draft_len(fresh, draft, 1.0, 1, 8, true), 7);
+  fresh[7] = step[7];
+  EXPECT_EQ(best_draft_len(fresh, draft, 1.0, 1, 8, true), 6);  // 7 is best; is 6 better still?
+  fresh[6] = step[6];
+  EXPECT_EQ(best_draft_len(fresh, draft, 1.0, 1, 8, true), 7);  // no: settled
+  // From the shortest length, plain steps are the next candidate.
+  std::vector<double> low(9, 0.0);
+  low[2] = step[2];
+  EXPECT_EQ(best_draft_len(low, draft, 0.9, 1, 2, true), 1);  // 2 is best, 1 unmeasured
+  low[1] = step[1];
+  EXPECT_EQ(best_draft_len(low, draft, 0.0, 1, 2, true), 0);   // 1 is best: try a plain step
+  EXPECT_EQ(best_draft_len(low, draft, 0.0, 1, 2, false), 1);  // not now
+  // A cap below draft_min (the end of max_tokens or the context) passes through.
+  EXPECT_EQ(best_draft_len(step, draft, 1.0, 4, 2, true), 2);
+  EXPECT_EQ(best_draft_len(step, draft, 1.0, 4, 0, true), 0);
+}
+
+// A drafter that is always right but slow (30 ms a drafted token, ten times a plain step of the
+// tiny model here): the rounds measure it, and generation goes on mostly in plain steps, with an
+// occasional probe; the output is plain greedy's.
+class SlowDrafter : public DraftSource {
+ public:
+  explicit SlowDrafter(std::vector<int32_t> truth) : truth_(std::move(truth)) {}
+  std::vector<int32_t> propose(int32_t, int pos, int, int k) override {
+    asked.push_back(k);
+    std::vector<int32_t> out;
+    for (int i = 0; i < k && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
+      out.push_back(truth_[pos + 1 + i]);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 * static_cast<int>(out.size())));
+    return out;
+  }
+  std::vector<int> asked;
+
+ private:
+  std::vector<int32_t> truth_;
+};
+
+TEST(Speculative, SlowDrafterGivesWayToPlainSteps) {
+  GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
+  const std::vector<int32_t> prompt = prompt_of(20);
+  const int max_tokens = 80;
+  auto plain_engine = cpu_engine(128);
+  const Output plain = generate(*plain_engine, prompt, max_tokens, nullptr);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
+  SlowDrafter slow(truth);
+  auto e = cpu_engine(128);
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = max_tokens;
+  req.sampling.temperature = 0.0f;
+  req.stop_at_eog = false;
+  req.drafter = &slow;
+  req.draft_max = 4;
+  Output out;
+  GenerateCallbacks cb;
+  cb.on_token = [&](int32_t t) {
+    out.tokens.push_back(t);
+    return true;
+  };
+  auto r = e->generate(req, cb);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(out.tokens, plain.tokens);
+  EXPECT_EQ(r->n_draft_accepted, r->n_drafted);
+  // Lengths 4, 3, 2, 1 measured, then a plain step, then plain steps between probes of one draft:
+  // drafting every round (the length capped only by acceptance) would draft about 64 tokens.
+  EXPECT_LE(r->n_drafted, 4 + 3 + 2 + 1 + 10) << "asked " << slow.asked.size() << " times";
+  EXPECT_GE(slow.asked.size(), 5u);
 }
 
 // A second request that extends the first one's history reuses the cache the speculative rounds
