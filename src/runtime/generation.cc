@@ -196,11 +196,14 @@ int Speculation::draft_len(int cur, int n_ctx, int n_generated) {
   const int best =
       best_draft_len(costs_.round_s, costs_.draft_s, alpha, request_.draft_min, k, allow_plain);
   if (best == 0 && costs_.round_s[0] > 0.0) {
-    // Plain steps are worth more than any round: pause as after misses (a later probe drafts).
-    // (Not measured yet: this one plain step measures it.)
-    pause_ = pause_len_ - 1;
-    pause_len_ = std::min(256, 2 * pause_len_);
+    // Plain steps are worth more than any round: pause (8 tokens, doubling up to 256 while the
+    // probes after the pauses do not change that). Not measured yet: this one plain step
+    // measures it.
+    pause_ = cost_pause_len_ - 1;
+    cost_pause_len_ = std::min(256, 2 * cost_pause_len_);
     probe_ = pause_ == 0;
+  } else if (best > 0 && allow_plain) {
+    cost_pause_len_ = 8;
   }
   return best;
 }

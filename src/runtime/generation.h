@@ -72,7 +72,8 @@ namespace gem::runtime {
 // drafting for `pause_len` tokens (doubling up to 256 while probes keep failing), so a drafter
 // that is rarely right costs a probe now and then. Under that cap the length is the one with the
 // most tokens a second (best_draft_len) from what the rounds measured: each length's round time,
-// a draft step's time, a plain step's time and the acceptance rate. A verification's cost is a
+// a draft step's time, a plain step's time and the acceptance rate; where plain steps are worth
+// more, drafting pauses likewise (8 tokens, doubling while the probes agree). A verification's cost is a
 // step function of its rows on CUDA (the rows pass takes tokens in groups of 8), so a ninth row
 // can cost more than the draft it verifies is worth.
 //
@@ -125,6 +126,7 @@ class Speculation {
   bool sampled_;
   int k_cur_, misses_ = 0, pause_ = 0, pause_len_ = 8;
   bool probe_ = false;  // the round after a pause drafts whatever plain steps cost
+  int cost_pause_len_ = 8;  // the next pause when plain steps are worth more than any round
   int root_row_ = -1;
   // The cost model of best_draft_len: the caller's costs, and this request's decayed counts of
   // accepted and rejected drafts.

@@ -311,16 +311,18 @@ TEST(Speculative, SlowDrafterGivesWayToPlainSteps) {
   const Output first = run();
   EXPECT_EQ(first.tokens, plain.tokens);
   EXPECT_EQ(first.result.n_draft_accepted, first.result.n_drafted);
-  // Lengths 4, 3, 2, 1 measured, then a plain step, then plain steps between probes of one draft:
-  // drafting every round (the length capped only by acceptance) would draft about 64 tokens.
-  EXPECT_LE(first.result.n_drafted, 4 + 3 + 2 + 1 + 10) << "asked " << slow.asked.size() << " times";
+  // Lengths 4, 3, 2, 1 measured, then a plain step, then plain steps between probes of one draft
+  // (pauses of 8, 16, 32, ... tokens): drafting every round (the length capped only by
+  // acceptance) would draft about 64 tokens.
+  EXPECT_LE(first.result.n_drafted, 4 + 3 + 2 + 1 + 5) << "asked " << slow.asked.size() << " times";
   EXPECT_GE(slow.asked.size(), 5u);
   // The engine keeps the costs for its next request: no lengths to measure again, so that one
   // drafts at its probes only (one draft each).
   const Output second = run();
   EXPECT_EQ(second.tokens, plain.tokens);
   EXPECT_LT(second.result.n_drafted, first.result.n_drafted);
-  EXPECT_LE(second.result.n_drafted, 8);
+  EXPECT_LE(second.result.n_drafted, 5);
+  std::printf("slow drafter: drafted %d then %d\n", first.result.n_drafted, second.result.n_drafted);
 }
 
 // A second request that extends the first one's history reuses the cache the speculative rounds
