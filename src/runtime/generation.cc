@@ -135,15 +135,13 @@ int best_draft_len(std::span<const double> round_s, double draft_s, double alpha
 }
 
 Speculation::Speculation(const GenerateRequest& request, Rng& rng,
-                         const std::vector<int32_t>& history, DraftCosts& costs)
+                         const std::vector<int32_t>& history)
     : request_(request), rng_(rng), history_(history),
-      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max), costs_(costs) {
-  const size_t n = static_cast<size_t>(std::max({request.draft_max, request.draft_min, 0})) + 1;
-  if (costs_.round_s.size() < n) costs_.round_s.resize(n, 0.0);
-}
+      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max),
+      round_s_(static_cast<size_t>(std::max({request.draft_max, request.draft_min, 0})) + 1, 0.0) {}
 
 void Speculation::note_plain_step(double seconds) {
-  if (seconds > 0.0) blend(costs_.round_s[0], seconds);
+  if (seconds > 0.0) blend(round_s_[0], seconds);
 }
 
 int32_t Speculation::choose(std::span<const float> row) {
@@ -193,9 +191,8 @@ int Speculation::draft_len(int cur, int n_ctx, int n_generated) {
   const double alpha = (n_hit_ + 0.5) / (n_hit_ + n_miss_ + 1.0);
   const bool allow_plain = !probe_;
   probe_ = false;
-  const int best =
-      best_draft_len(costs_.round_s, costs_.draft_s, alpha, request_.draft_min, k, allow_plain);
-  if (best == 0 && costs_.round_s[0] > 0.0) {
+  const int best = best_draft_len(round_s_, draft_s_, alpha, request_.draft_min, k, allow_plain);
+  if (best == 0 && round_s_[0] > 0.0) {
     // Plain steps are worth more than any round: pause (8 tokens, doubling up to 256 while the
     // probes after the pauses do not change that). Not measured yet: this one plain step
     // measures it.
@@ -219,7 +216,7 @@ std::vector<int32_t> Speculation::propose(int32_t root, int cur, int n_ctx,
   if (!drafts.empty()) {
     const double s = timer.seconds();
     result.draft_seconds += s;
-    blend(costs_.draft_s, s / static_cast<double>(drafts.size()));
+    blend(draft_s_, s / static_cast<double>(drafts.size()));
   }
   return drafts;
 }
@@ -284,8 +281,8 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
   }
   n_hit_ = 0.875 * n_hit_ + accepted;
   n_miss_ = 0.875 * n_miss_ + (accepted < n_drafts ? 1.0 : 0.0);
-  if (static_cast<size_t>(n_drafts) < costs_.round_s.size()) {
-    blend(costs_.round_s[static_cast<size_t>(n_drafts)], whole.seconds());
+  if (static_cast<size_t>(n_drafts) < round_s_.size()) {
+    blend(round_s_[static_cast<size_t>(n_drafts)], whole.seconds());
   }
   *next = bonus;
   root_row_ = accepted;

@@ -88,10 +88,8 @@ int best_draft_len(std::span<const double> round_s, double draft_s, double alpha
 
 class Speculation {
  public:
-  // `history` (prompt + emitted tokens, what the penalties look at), `rng` and `costs` (the
-  // caller's, kept across its requests: greedy and sampled ones apart) must outlive it.
-  Speculation(const GenerateRequest& request, Rng& rng, const std::vector<int32_t>& history,
-              DraftCosts& costs);
+  // `history` (prompt + emitted tokens, what the penalties look at) and `rng` must outlive it.
+  Speculation(const GenerateRequest& request, Rng& rng, const std::vector<int32_t>& history);
   // A token from `row` as this request draws it (greedy, or sampled with the next coin).
   int32_t choose(std::span<const float> row);
   // Drafts to ask for at the root's position `cur` (0: none this time: paused, or no room); at
@@ -128,10 +126,10 @@ class Speculation {
   bool probe_ = false;  // the round after a pause drafts whatever plain steps cost
   int cost_pause_len_ = 8;  // the next pause when plain steps are worth more than any round
   int root_row_ = -1;
-  // The cost model of best_draft_len: the caller's costs, and this request's decayed counts of
-  // accepted and rejected drafts.
-  DraftCosts& costs_;
-  double n_hit_ = 0.0, n_miss_ = 0.0;
+  // The cost model of best_draft_len: round seconds by draft count (index 0: a plain step; 0 =
+  // not measured), a draft step's seconds, and decayed counts of accepted and rejected drafts.
+  std::vector<double> round_s_;
+  double draft_s_ = 0.0, n_hit_ = 0.0, n_miss_ = 0.0;
   std::vector<BatchRow> rows_;
   std::vector<std::optional<int32_t>> picks_;  // greedy: sample_batch's picks of the round's rows
   std::vector<int32_t> ext_;                   // greedy: history + drafts (the rows' penalty windows)
