@@ -46,6 +46,33 @@ std::unique_ptr<Engine> cpu_engine(int n_ctx) {
 }
 
 
+// A greedy request of these tests (no stop at the end of generation: a random model's end of turn
+// would cut runs short) drafting with `d`, and its run on `e`.
+GenerateRequest drafting_request(const std::vector<int32_t>& prompt, int max_tokens,
+                                 DraftSource* d, int draft_max) {
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = max_tokens;
+  req.sampling.temperature = 0.0f;
+  req.stop_at_eog = false;
+  req.drafter = d;
+  req.draft_max = draft_max;
+  return req;
+}
+
+Output run_request(Engine& e, const GenerateRequest& req) {
+  Output out;
+  GenerateCallbacks cb;
+  cb.on_token = [&](int32_t t) {
+    out.tokens.push_back(t);
+    return true;
+  };
+  auto r = e.generate(req, cb);
+  EXPECT_TRUE(r.ok()) << r.message();
+  if (r.ok()) out.result = *r;
+  return out;
+}
+
 TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
   GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));
   const std::vector<int32_t> prompt = prompt_of(30);
@@ -60,26 +87,9 @@ TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
     for (int draft_max : {8, 1, 5}) {
       auto e = cpu_engine(256);
       OracleDrafter d(truth, right);
-      Output r = [&] {
-        GenerateRequest req;
-        req.prompt = prompt;
-        req.max_tokens = max_tokens;
-        req.sampling.temperature = 0.0f;
-        req.stop_at_eog = false;
-        req.drafter = &d;
-        req.draft_max = draft_max;
-        req.draft_by_cost = false;  // every round drafts up to the acceptance cap
-        Output out;
-        GenerateCallbacks cb;
-        cb.on_token = [&](int32_t t) {
-          out.tokens.push_back(t);
-          return true;
-        };
-        auto res = e->generate(req, cb);
-        EXPECT_TRUE(res.ok()) << res.message();
-        if (res.ok()) out.result = *res;
-        return out;
-      }();
+      GenerateRequest req = drafting_request(prompt, max_tokens, &d, draft_max);
+      req.draft_by_cost = false;  // every round drafts up to the acceptance cap
+      const Output r = run_request(*e, req);
       const std::string what = "right " + std::to_string(right) + " draft_max " + std::to_string(draft_max);
       EXPECT_EQ(r.tokens, plain.tokens) << what;
       EXPECT_EQ(r.result.finish, FinishReason::kLength) << what;
@@ -166,24 +176,9 @@ TEST(Speculative, DraftMinAsksForAtLeastAndDropsShorterDrafts) {
   truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
   auto run = [&](ShortDrafter& d, int draft_min) {
     auto e = cpu_engine(128);
-    GenerateRequest req;
-    req.prompt = prompt;
-    req.max_tokens = 30;
-    req.sampling.temperature = 0.0f;
-    req.stop_at_eog = false;
-    req.drafter = &d;
-    req.draft_max = 6;
+    GenerateRequest req = drafting_request(prompt, 30, &d, 6);
     req.draft_min = draft_min;
-    Output out;
-    GenerateCallbacks cb;
-    cb.on_token = [&](int32_t t) {
-      out.tokens.push_back(t);
-      return true;
-    };
-    auto r = e->generate(req, cb);
-    EXPECT_TRUE(r.ok()) << r.message();
-    if (r.ok()) out.result = *r;
-    return out;
+    return run_request(*e, req);
   };
   // Drafts of 2 (always right) under draft_min 3: all dropped, plain steps only.
   ShortDrafter two(truth, 2);
@@ -289,27 +284,13 @@ TEST(Speculative, SlowDrafterGivesWayToPlainSteps) {
   truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
   SlowDrafter slow(truth);
   auto e = cpu_engine(128);
-  GenerateRequest req;
-  req.prompt = prompt;
-  req.max_tokens = max_tokens;
-  req.sampling.temperature = 0.0f;
-  req.stop_at_eog = false;
-  req.drafter = &slow;
-  req.draft_max = 4;
-  Output out;
-  GenerateCallbacks cb;
-  cb.on_token = [&](int32_t t) {
-    out.tokens.push_back(t);
-    return true;
-  };
-  auto r = e->generate(req, cb);
-  ASSERT_TRUE(r.ok()) << r.message();
+  const Output out = run_request(*e, drafting_request(prompt, max_tokens, &slow, 4));
   EXPECT_EQ(out.tokens, plain.tokens);
-  EXPECT_EQ(r->n_draft_accepted, r->n_drafted);
+  EXPECT_EQ(out.result.n_draft_accepted, out.result.n_drafted);
   // Lengths 4, 3, 2, 1 measured, then a plain step, then plain steps between probes of one draft
   // (pauses of 8, 16, 32, ... tokens): drafting every round (the length capped only by
   // acceptance) would draft about 64 tokens.
-  EXPECT_LE(r->n_drafted, 4 + 3 + 2 + 1 + 5) << "asked " << slow.asked.size() << " times";
+  EXPECT_LE(out.result.n_drafted, 4 + 3 + 2 + 1 + 5) << "asked " << slow.asked.size() << " times";
   EXPECT_GE(slow.asked.size(), 5u);
 }
 
