@@ -88,30 +88,63 @@ uint64_t Rng::next_u64() {
 
 double Rng::next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
-std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const float> logits,
-                                                             const SamplingParams& params,
-                                                             std::span<const int32_t> history) {
-  std::vector<Candidate> cands(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cands[i] = {static_cast<int32_t>(i), logits[i]};
-  apply_penalties(cands, params, history);
-  if (cands.empty()) return {};
+namespace {
 
-  // Greedy: all mass on the arg-max (lowest id on ties).
-  if (params.temperature <= 0.0f) {
-    auto best = std::min_element(cands.begin(), cands.end(), by_logit_desc);
-    return {{best->id, 1.0f}};
+// The window's ids with their penalised logits, sorted by id (none without penalties): the only
+// entries of a row the penalties change.
+std::vector<Candidate> penalised_window(std::span<const float> logits, const SamplingParams& p,
+                                        std::span<const int32_t> history) {
+  std::vector<Candidate> penalised;
+  const bool any = p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                   p.presence_penalty != 0.0f;
+  if (!any || history.empty() || p.repeat_last_n == 0) return penalised;
+  size_t n = history.size();
+  if (p.repeat_last_n > 0) n = std::min(n, static_cast<size_t>(p.repeat_last_n));
+  for (size_t i = history.size() - n; i < history.size(); ++i) {
+    const int32_t id = history[i];
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) penalised.push_back({id, logits[id]});
   }
+  std::sort(penalised.begin(), penalised.end(),
+            [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  penalised.erase(std::unique(penalised.begin(), penalised.end(),
+                              [](const Candidate& a, const Candidate& b) { return a.id == b.id; }),
+                  penalised.end());
+  apply_penalties(penalised, p, history);
+  return penalised;
+}
 
-  // Top-k: keep the k largest, sorted by descending logit.
-  size_t keep = cands.size();
-  if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
-  if (keep < cands.size()) {
-    std::nth_element(cands.begin(), cands.begin() + static_cast<ptrdiff_t>(keep), cands.end(),
-                     by_logit_desc);
-    cands.resize(keep);
+// The k best entries of the penalised row by by_logit_desc, in that order: one pass in id order
+// with a heap of the k best so far (its top the worst of them; an entry enters only with a
+// larger logit, since on equal logits the lower id, met first, wins). NaN entries never enter.
+std::vector<Candidate> top_k_candidates(std::span<const float> logits, size_t k,
+                                        const SamplingParams& p,
+                                        std::span<const int32_t> history) {
+  const std::vector<Candidate> penalised = penalised_window(logits, p, history);
+  std::vector<Candidate> heap;
+  heap.reserve(k);
+  size_t next = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    float v = logits[i];
+    if (next < penalised.size() && static_cast<size_t>(penalised[next].id) == i) {
+      v = penalised[next++].logit;
+    }
+    if (std::isnan(v)) continue;
+    if (heap.size() < k) {
+      heap.push_back({static_cast<int32_t>(i), v});
+      std::push_heap(heap.begin(), heap.end(), by_logit_desc);
+    } else if (v > heap.front().logit) {
+      std::pop_heap(heap.begin(), heap.end(), by_logit_desc);
+      heap.back() = {static_cast<int32_t>(i), v};
+      std::push_heap(heap.begin(), heap.end(), by_logit_desc);
+    }
   }
-  std::sort(cands.begin(), cands.end(), by_logit_desc);
+  std::sort(heap.begin(), heap.end(), by_logit_desc);
+  return heap;
+}
 
+// Top-p, min-p and temperature over candidates sorted by descending logit (top-k applied).
+std::vector<std::pair<int32_t, float>> truncate_and_scale(std::vector<Candidate> cands,
+                                                          const SamplingParams& params) {
   // Top-p: the shortest prefix whose probability (temperature 1) reaches top_p.
   if (params.top_p < 1.0f) {
     std::vector<double> probs = softmax(cands, 1.0);
@@ -138,29 +171,53 @@ std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const flo
   return out;
 }
 
+}  // namespace
+
+std::vector<std::pair<int32_t, float>> sampling_distribution_reference(
+    std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> history) {
+  std::vector<Candidate> cands(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) cands[i] = {static_cast<int32_t>(i), logits[i]};
+  apply_penalties(cands, params, history);
+  if (cands.empty()) return {};
+
+  // Greedy: all mass on the arg-max (lowest id on ties).
+  if (params.temperature <= 0.0f) {
+    auto best = std::min_element(cands.begin(), cands.end(), by_logit_desc);
+    return {{best->id, 1.0f}};
+  }
+
+  // Top-k: keep the k largest, sorted by descending logit.
+  size_t keep = cands.size();
+  if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
+  if (keep < cands.size()) {
+    std::nth_element(cands.begin(), cands.begin() + static_cast<ptrdiff_t>(keep), cands.end(),
+                     by_logit_desc);
+    cands.resize(keep);
+  }
+  std::sort(cands.begin(), cands.end(), by_logit_desc);
+  return truncate_and_scale(std::move(cands), params);
+}
+
+std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const float> logits,
+                                                             const SamplingParams& params,
+                                                             std::span<const int32_t> history) {
+  if (params.temperature > 0.0f && params.top_k > 0 &&
+      static_cast<size_t>(params.top_k) < logits.size()) {
+    std::vector<Candidate> cands =
+        top_k_candidates(logits, static_cast<size_t>(params.top_k), params, history);
+    if (cands.empty()) return {};
+    return truncate_and_scale(std::move(cands), params);
+  }
+  return sampling_distribution_reference(logits, params, history);
+}
+
 // Greedy: sampling_distribution's pick (the first of the penalised logits' maxima in id order,
 // as its min_element finds it) without its copy of the row; the penalties touch only the ids of
 // the window.
 int32_t greedy_token(std::span<const float> logits, const SamplingParams& p,
                      std::span<const int32_t> history) {
   if (logits.empty()) return -1;
-  std::vector<Candidate> penalised;  // the window's ids, penalised as apply_penalties does
-  const bool any = p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-                   p.presence_penalty != 0.0f;
-  if (any && !history.empty() && p.repeat_last_n != 0) {
-    size_t n = history.size();
-    if (p.repeat_last_n > 0) n = std::min(n, static_cast<size_t>(p.repeat_last_n));
-    for (size_t i = history.size() - n; i < history.size(); ++i) {
-      const int32_t id = history[i];
-      if (id >= 0 && static_cast<size_t>(id) < logits.size()) penalised.push_back({id, logits[id]});
-    }
-    std::sort(penalised.begin(), penalised.end(),
-              [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
-    penalised.erase(std::unique(penalised.begin(), penalised.end(),
-                                [](const Candidate& a, const Candidate& b) { return a.id == b.id; }),
-                    penalised.end());
-    apply_penalties(penalised, p, history);
-  }
+  const std::vector<Candidate> penalised = penalised_window(logits, p, history);
   size_t next = 0;  // the next penalised id in id order
   auto value = [&](size_t i) {
     if (next < penalised.size() && static_cast<size_t>(penalised[next].id) == i) {

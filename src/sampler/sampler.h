@@ -40,8 +40,13 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
 
 // The probability distribution sample_token draws from (after penalties, temperature and
 // truncation), as (id, p) sorted by descending p; used by tests and by speculative decoding.
+// With a top-k below the row's size, the k candidates come from one pass over the row (penalties
+// on the window's ids only, NaN logits never kept) instead of a penalised copy of all of it.
 std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const float> logits,
                                                              const SamplingParams& params,
                                                              std::span<const int32_t> history);
+// The plain reference: every candidate of the row penalised and ordered (tests, gem_sampler_bench).
+std::vector<std::pair<int32_t, float>> sampling_distribution_reference(
+    std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> history);
 
 }  // namespace gem

@@ -105,6 +105,70 @@ TEST(Sampler, GreedyEqualsTheDistributionsPick) {
   }
 }
 
+// With a top-k below the row's size the candidates come from one pass over the row: the
+// distribution equals the plain reference's bit for bit (ids, order, probabilities) on random
+// rows with ties and -inf entries, under every penalty and window, top-k, top-p and min-p; on
+// rows with NaN entries the pass keeps none of them, and its other candidates are the
+// reference's on the row with the NaNs at -inf (a top-k of the row's size or more takes the
+// reference itself).
+TEST(Sampler, TopKPassEqualsTheReference) {
+  Rng rng(11);
+  for (int trial = 0; trial < 600; ++trial) {
+    const int n = 2 + static_cast<int>(rng.next_u64() % 400);
+    std::vector<float> l(n);
+    for (float& x : l) x = static_cast<float>(static_cast<int>(rng.next_u64() % 41) - 20) / 4.0f;
+    if (trial % 7 == 3) l[rng.next_u64() % n] = -INFINITY;
+    const bool with_nan = trial % 5 == 1;
+    if (with_nan) l[rng.next_u64() % n] = std::nanf("");
+    SamplingParams p;
+    p.temperature = trial % 4 == 0 ? 0.7f : 1.0f;
+    const int ks[] = {1, 2, 5, 40, 64, n - 1};
+    p.top_k = ks[trial % 6];
+    p.top_p = trial % 3 == 0 ? 1.0f : 0.9f;
+    p.min_p = trial % 5 == 2 ? 0.05f : 0.0f;
+    p.repeat_penalty = trial % 3 == 1 ? 1.0f : 1.3f;
+    p.frequency_penalty = trial % 4 == 1 ? 0.5f : 0.0f;
+    p.presence_penalty = trial % 4 == 2 ? 0.7f : 0.0f;
+    p.repeat_last_n = trial % 6 == 0 ? -1 : trial % 6 == 1 ? 0 : 16;
+    std::vector<int32_t> history(rng.next_u64() % 40);
+    for (int32_t& t : history) t = static_cast<int32_t>(rng.next_u64() % (n + 3)) - 1;
+    const auto got = sampling_distribution(l, p, history);
+    const std::string what = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
+                             " top_k " + std::to_string(p.top_k);
+    if (!with_nan) {
+      const auto want = sampling_distribution_reference(l, p, history);
+      ASSERT_EQ(got.size(), want.size()) << what;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].first, want[i].first) << what << " rank " << i;
+        EXPECT_EQ(got[i].second, want[i].second) << what << " rank " << i;
+      }
+      continue;
+    }
+    if (p.top_k >= n) continue;
+    for (const auto& [id, q] : got) EXPECT_FALSE(std::isnan(l[static_cast<size_t>(id)])) << what;
+    std::vector<float> no_nan = l;
+    for (float& x : no_nan) x = std::isnan(x) ? -INFINITY : x;
+    auto want = sampling_distribution_reference(no_nan, p, history);
+    std::vector<std::pair<int32_t, float>> got_pos, want_pos;  // the candidates with mass
+    for (const auto& e : got) if (e.second > 0.0f) got_pos.push_back(e);
+    for (const auto& e : want) if (e.second > 0.0f) want_pos.push_back(e);
+    EXPECT_EQ(got_pos, want_pos) << what;
+  }
+  // The real vocabulary: 262,144 random logits, Gemma 4's recommended sampling, a penalty window.
+  std::vector<float> row(262144);
+  for (int trial = 0; trial < 3; ++trial) {
+    for (float& x : row) x = static_cast<float>(rng.next_double() * 20.0 - 10.0);
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = 64;
+    p.top_p = 0.95f;
+    p.repeat_penalty = trial == 0 ? 1.0f : 1.1f;
+    std::vector<int32_t> history(64);
+    for (int32_t& t : history) t = static_cast<int32_t>(rng.next_u64() % row.size());
+    EXPECT_EQ(sampling_distribution(row, p, history), sampling_distribution_reference(row, p, history));
+  }
+}
+
 TEST(Sampler, TemperatureMatchesScaledSoftmax) {
   SamplingParams p;
   p.top_k = 0;
