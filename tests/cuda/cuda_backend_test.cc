@@ -65,6 +65,15 @@ Pair make_pair(const std::string& path, model::KvType kv, int n_ctx, int n_tile,
   return p;
 }
 
+// Options of a backend of n_slots sequence slots of n_ctx positions each, KV f16.
+BackendOptions slot_options(int n_ctx, int n_slots) {
+  BackendOptions o;
+  o.n_ctx = n_ctx;
+  o.kv_type = model::KvType::kF16;
+  o.n_slots = n_slots;
+  return o;
+}
+
 double rel_l2(std::span<const float> a, std::span<const float> b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -391,10 +400,7 @@ TEST(CudaBackend, SampleBatchMatchesTheHostSamplerOnEveryRow) {
   const int S = 12;
   auto m = model::load_model(path);
   ASSERT_TRUE(m.ok()) << m.message();
-  BackendOptions o;
-  o.n_ctx = 128;
-  o.kv_type = model::KvType::kF16;
-  o.n_slots = S;
+  BackendOptions o = slot_options(128, S);
   auto made = make_cuda_backend(**m, o);
   ASSERT_TRUE(made.ok()) << made.message();
   Backend& gpu = **made;
@@ -460,10 +466,7 @@ TEST(CudaBackend, DecodeRowsStayOnTheDeviceBesideAPromptRun) {
   const int D = 32, S = D + 1;  // slot D prefills
   auto m = model::load_model(path);
   ASSERT_TRUE(m.ok()) << m.message();
-  BackendOptions o;
-  o.n_ctx = 64;
-  o.kv_type = model::KvType::kF16;
-  o.n_slots = S;
+  BackendOptions o = slot_options(64, S);
   std::vector<std::vector<float>> want(D);
   const auto base = prompt_tokens("long");
   for (bool with_prompt : {false, true}) {
@@ -506,11 +509,8 @@ TEST(CudaBackend, SequenceSlotsMatchOneSequenceEach) {
   const int S = 4;
   auto m = model::load_model(path);
   ASSERT_TRUE(m.ok()) << m.message();
-  BackendOptions o;
-  o.n_ctx = 160;
-  o.kv_type = model::KvType::kF16;
+  BackendOptions o = slot_options(160, S + 2);
   o.n_tile = 96;  // prompt tiles through the cuBLAS path, decode batches through matmul_n
-  o.n_slots = S + 2;
   auto made = make_cuda_backend(**m, o);
   ASSERT_TRUE(made.ok()) << made.message();
   Backend& gpu = **made;
@@ -607,11 +607,8 @@ TEST(CudaBackend, RowsEqualTheirDecodeStepsBitForBit) {
     auto m = model::load_model(path);
     ASSERT_TRUE(m.ok()) << m.message();
     const int S = 4, n_ctx = 200;
-    BackendOptions o;
-    o.n_ctx = n_ctx;
-    o.kv_type = model::KvType::kF16;
+    BackendOptions o = slot_options(n_ctx, S);
     o.n_tile = 64;
-    o.n_slots = S;
     auto made = make_cuda_backend(**m, o, tuning);
     ASSERT_TRUE(made.ok()) << made.message();
     Backend& gpu = **made;

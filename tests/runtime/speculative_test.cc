@@ -47,7 +47,7 @@ std::unique_ptr<Engine> cpu_engine(int n_ctx) {
 
 
 // A greedy request of these tests (no stop at the end of generation: a random model's end of turn
-// would cut runs short) drafting with `d`, and its run on `e`.
+// would cut runs short) drafting with `d` (run_request runs it).
 GenerateRequest drafting_request(const std::vector<int32_t>& prompt, int max_tokens,
                                  DraftSource* d, int draft_max) {
   GenerateRequest req;
@@ -60,18 +60,6 @@ GenerateRequest drafting_request(const std::vector<int32_t>& prompt, int max_tok
   return req;
 }
 
-Output run_request(Engine& e, const GenerateRequest& req) {
-  Output out;
-  GenerateCallbacks cb;
-  cb.on_token = [&](int32_t t) {
-    out.tokens.push_back(t);
-    return true;
-  };
-  auto r = e.generate(req, cb);
-  EXPECT_TRUE(r.ok()) << r.message();
-  if (r.ok()) out.result = *r;
-  return out;
-}
 
 TEST(Speculative, GreedyOutputEqualsPlainWithAnyDrafter) {
   GEM_REQUIRE_FIXTURE(test::fixture("tiny-q4_0.gguf"));

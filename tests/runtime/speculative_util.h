@@ -43,15 +43,8 @@ struct Output {
   GenerateResult result;
 };
 
-inline Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens,
-                       DraftSource* drafter, int stop_after = -1, float repeat_penalty = 1.0f) {
-  GenerateRequest req;
-  req.prompt = prompt;
-  req.max_tokens = max_tokens;
-  req.sampling.temperature = 0.0f;
-  req.sampling.repeat_penalty = repeat_penalty;
-  req.stop_at_eog = false;  // a random model's end of turn would cut every run short
-  req.drafter = drafter;
+// Runs `req` on `e`, collecting its tokens (the caller stops it after stop_after, if >= 0).
+inline Output run_request(Engine& e, const GenerateRequest& req, int stop_after = -1) {
   Output r;
   GenerateCallbacks cb;
   cb.on_token = [&](int32_t t) {
@@ -62,6 +55,18 @@ inline Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_to
   EXPECT_TRUE(res.ok()) << res.message();
   if (res.ok()) r.result = *res;
   return r;
+}
+
+inline Output generate(Engine& e, const std::vector<int32_t>& prompt, int max_tokens,
+                       DraftSource* drafter, int stop_after = -1, float repeat_penalty = 1.0f) {
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = max_tokens;
+  req.sampling.temperature = 0.0f;
+  req.sampling.repeat_penalty = repeat_penalty;
+  req.stop_at_eog = false;  // a random model's end of turn would cut every run short
+  req.drafter = drafter;
+  return run_request(e, req, stop_after);
 }
 
 // A <bos> and n−1 fixed ordinary tokens.

@@ -80,25 +80,39 @@ TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   EXPECT_EQ(sample_token(l, p, {}, 0.0), 3);
 }
 
+// Random test rows: n logits on a quarter-step grid in [-5, 5] (many ties); penalties and a
+// window chosen by the trial; a history of up to 39 ids, some outside the row (-1, n, n + 1).
+std::vector<float> tied_row(Rng& rng, int n) {
+  std::vector<float> l(n);
+  for (float& x : l) x = static_cast<float>(static_cast<int>(rng.next_u64() % 41) - 20) / 4.0f;
+  return l;
+}
+void trial_penalties(SamplingParams& p, int trial, int no_repeat_mod) {
+  p.repeat_penalty = trial % 3 == no_repeat_mod ? 1.0f : 1.3f;
+  p.frequency_penalty = trial % 4 == 1 ? 0.5f : 0.0f;
+  p.presence_penalty = trial % 4 == 2 ? 0.7f : 0.0f;
+  p.repeat_last_n = trial % 6 == 0 ? -1 : trial % 6 == 1 ? 0 : 16;
+}
+std::vector<int32_t> random_history(Rng& rng, int n) {
+  std::vector<int32_t> history(rng.next_u64() % 40);
+  for (int32_t& t : history) t = static_cast<int32_t>(rng.next_u64() % (n + 3)) - 1;
+  return history;
+}
+
 // Greedy picks skip building the distribution: the pick equals the distribution's (all mass on
 // one id) on random rows with ties, NaN and -inf entries, under every penalty and window.
 TEST(Sampler, GreedyEqualsTheDistributionsPick) {
   Rng rng(7);
   for (int trial = 0; trial < 400; ++trial) {
     const int n = 1 + static_cast<int>(rng.next_u64() % 300);
-    std::vector<float> l(n);
-    for (float& x : l) x = static_cast<float>(static_cast<int>(rng.next_u64() % 41) - 20) / 4.0f;
+    std::vector<float> l = tied_row(rng, n);
     if (trial % 5 == 1) l[rng.next_u64() % n] = std::nanf("");
     if (trial % 5 == 2) l[0] = std::nanf("");
     if (trial % 7 == 3) l[rng.next_u64() % n] = -INFINITY;
     SamplingParams p;
     p.temperature = 0.0f;
-    p.repeat_penalty = trial % 3 == 0 ? 1.0f : 1.3f;
-    p.frequency_penalty = trial % 4 == 1 ? 0.5f : 0.0f;
-    p.presence_penalty = trial % 4 == 2 ? 0.7f : 0.0f;
-    p.repeat_last_n = trial % 6 == 0 ? -1 : trial % 6 == 1 ? 0 : 16;
-    std::vector<int32_t> history(rng.next_u64() % 40);
-    for (int32_t& t : history) t = static_cast<int32_t>(rng.next_u64() % (n + 3)) - 1;  // some outside
+    trial_penalties(p, trial, 0);
+    const std::vector<int32_t> history = random_history(rng, n);
     const auto dist = sampling_distribution(l, p, history);
     ASSERT_EQ(dist.size(), 1u);
     EXPECT_EQ(sample_token(l, p, history, 0.3), dist[0].first) << "trial " << trial;
@@ -115,8 +129,7 @@ TEST(Sampler, TopKPassEqualsTheReference) {
   Rng rng(11);
   for (int trial = 0; trial < 600; ++trial) {
     const int n = 2 + static_cast<int>(rng.next_u64() % 400);
-    std::vector<float> l(n);
-    for (float& x : l) x = static_cast<float>(static_cast<int>(rng.next_u64() % 41) - 20) / 4.0f;
+    std::vector<float> l = tied_row(rng, n);
     if (trial % 7 == 3) l[rng.next_u64() % n] = -INFINITY;
     const bool with_nan = trial % 5 == 1;
     if (with_nan) l[rng.next_u64() % n] = std::nanf("");
@@ -126,12 +139,8 @@ TEST(Sampler, TopKPassEqualsTheReference) {
     p.top_k = ks[trial % 6];
     p.top_p = trial % 3 == 0 ? 1.0f : 0.9f;
     p.min_p = trial % 5 == 2 ? 0.05f : 0.0f;
-    p.repeat_penalty = trial % 3 == 1 ? 1.0f : 1.3f;
-    p.frequency_penalty = trial % 4 == 1 ? 0.5f : 0.0f;
-    p.presence_penalty = trial % 4 == 2 ? 0.7f : 0.0f;
-    p.repeat_last_n = trial % 6 == 0 ? -1 : trial % 6 == 1 ? 0 : 16;
-    std::vector<int32_t> history(rng.next_u64() % 40);
-    for (int32_t& t : history) t = static_cast<int32_t>(rng.next_u64() % (n + 3)) - 1;
+    trial_penalties(p, trial, 1);
+    const std::vector<int32_t> history = random_history(rng, n);
     const auto got = sampling_distribution(l, p, history);
     const std::string what = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
                              " top_k " + std::to_string(p.top_k);
