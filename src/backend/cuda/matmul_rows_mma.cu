@@ -13,12 +13,14 @@
 // (level 16), and levels 8 to 1 run over the warps' sums in shared memory.
 //
 // Data: the weights of a chunk (16·kMT rows × 32 blocks, and their scales) and the activations'
-// q8 rows (n tokens × 32 blocks, and their ds) go global → shared by cp.async, kStages − 1 chunks
-// in flight; fragments are read from shared memory without bank conflicts (padded rows). Each
-// thread's copies are fixed slots (their matrix, row and piece follow from the thread index), so
-// a step adds only the chunk's and the tile's offsets. CTAs are persistent (as many as fit):
-// each takes tiles blockIdx.x, + gridDim.x, ... and its pipeline runs on across them. The
-// integer sums come from the mma biased (block_terms.cuh: no I2F).
+// q8 rows (n tokens × 32 blocks, and their ds) go global → shared by the bulk tensor copy engine
+// (TMA: 15 to 20 boxes a step, each issued by one lane of its own warp, completing on the stage's
+// mbarrier), kStages − 1 chunks in flight; the boxes land swizzled, so that the fragments' reads
+// from shared memory have no bank conflicts. (Per-thread 16-byte cp.async copies cost ~30
+// instructions each in every warp; one warp issuing all the boxes held the others at the step's
+// barrier: bench/results/cuda.md.) CTAs are persistent (as many as fit): each takes
+// tiles blockIdx.x, + gridDim.x, ... and its pipeline runs on across them. The integer sums come
+// from the mma biased (block_terms.cuh: no I2F).
 //
 // Shapes (measured on the H200, bench/results/cuda.md "Rows pass"): up to 16 rows, 32-row tiles
 // (each warp's mma covers two 16-row halves: half the activation copies per weight byte) over
@@ -26,10 +28,17 @@
 // warps), and up to 8 rows 64-row tiles where the matrix has rows enough to fill the SMs with
 // them; 17–32 rows, 16 warps as well, 32-row tiles for one matrix and 16-row tiles for the gated
 // pair (its accumulators for 32 rows would not fit the registers), the tokens in one tile.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -41,17 +50,38 @@ namespace {
 constexpr int kChunk = 32;  // blocks per chunk: one of every class
 constexpr int kW = 16;      // warps a CTA (8 lost to 16 at every row count: bench/results/cuda.md)
 constexpr int kCI = 32 / kW;  // classes per warp: w, w + kW
+constexpr int kLine = 128;    // bytes a line of a swizzled box (one strip of a chunk)
+constexpr int kAlign = 1024;  // a box's alignment in shared memory (the 128-byte swizzle's period)
 
+// The bulk tensor copies (TMA) of one step: for each matrix its chunk's quants as 128-byte strips
+// of the tile's rows and its 32 scales a row, and the activations' q8 chunk and (d, d·Σq) pairs
+// as 128-byte strips of the tokens. The maps are built on the host (tensor_map below).
+struct TmaMaps {
+  CUtensorMap wq[2], wd[2], xq, xd;
+};
+
+// A stage in shared memory, every box 1024-byte aligned:
+//   wq[m]  strips of [kR rows][128 B] (128-byte swizzle: 16-byte piece p of row r at p ^ (r % 8)),
+//   wd[m]  [kR rows][64 B] scales (64-byte swizzle: piece p of row r at p ^ ((r / 2) % 4)),
+//   xq     8 strips of [kT tokens][128 B] (128-byte swizzle),
+//   xd     2 strips of [kT tokens][128 B] (128-byte swizzle).
+// The swizzles put the fragments' rows (or tokens) g = 0..7 of one class on different banks.
 template <bool kQ8>
 struct Layout {
   static constexpr int kQB = kQ8 ? 32 : 16;               // quant bytes per block
-  static constexpr int kWqStride = kChunk * kQB + 16;     // one row's chunk, padded
-  static constexpr int kWdStride = 80;                    // one row's 32 scales (64 B), padded
-  static constexpr int kXqStride = kChunk * 32 + 16;      // one token's chunk of q8
-  static constexpr int kXdStride = kChunk * 8 + 16;       // one token's 32 (d, d·Σq)
+  static constexpr int kWStrips = kChunk * kQB / kLine;   // strips of a row's chunk
+  template <int kR>
+  static constexpr int wq_bytes() { return kR * kChunk * kQB; }
+  template <int kR>
+  static constexpr int wd_bytes() { return kR * kChunk * 2; }
+  template <int kT>
+  static constexpr int xq_bytes() { return kT * kChunk * 32; }
+  template <int kT>
+  static constexpr int xd_bytes() { return kT * kChunk * 8; }
   template <int kMats, int kNT, int kMT>
   static constexpr int stage_bytes() {
-    return kMats * 16 * kMT * (kWqStride + kWdStride) + kNT * 8 * (kXqStride + kXdStride);
+    return kMats * (wq_bytes<16 * kMT>() + wd_bytes<16 * kMT>()) + xq_bytes<8 * kNT>() +
+           xd_bytes<8 * kNT>();
   }
   // The reduction's [warp][mat][row 16·kMT][token] sums, apart from the pipeline.
   template <int kMats, int kNT, int kMT>
@@ -59,15 +89,17 @@ struct Layout {
     return kW * kMats * 16 * kMT * kNT * 8 * 4;
   }
   // Four stages where they fit beside the reduction in 220 KB, else three, else two (the
-  // device's limit is 227 KB a CTA).
+  // device's limit is 227 KB a CTA, the stages' mbarriers included); kAlign for aligning the
+  // dynamic shared memory's start.
   template <int kMats, int kNT, int kMT>
   static constexpr int stages() {
-    constexpr int st = stage_bytes<kMats, kNT, kMT>(), red = red_bytes<kMats, kNT, kMT>();
-    return 4 * st + red <= 220 * 1024 ? 4 : 3 * st + red <= 227 * 1024 ? 3 : 2;
+    constexpr int st = stage_bytes<kMats, kNT, kMT>(), red = red_bytes<kMats, kNT, kMT>() + kAlign;
+    return 4 * st + red <= 220 * 1024 ? 4 : 3 * st + red + 64 <= 227 * 1024 ? 3 : 2;
   }
   template <int kMats, int kNT, int kMT>
   static constexpr int smem_bytes() {
-    return stages<kMats, kNT, kMT>() * stage_bytes<kMats, kNT, kMT>() + red_bytes<kMats, kNT, kMT>();
+    return stages<kMats, kNT, kMT>() * stage_bytes<kMats, kNT, kMT>() +
+           red_bytes<kMats, kNT, kMT>() + kAlign;
   }
 };
 
@@ -89,14 +121,47 @@ __device__ __forceinline__ void mma_block(const uint32_t (&a)[4], uint32_t b0, u
   }
 }
 
+// ---- mbarriers and the bulk tensor copy ----
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+// The one arrival of a stage's phase, with the bytes its copies will bring.
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Box (x, y) of `map` (x in elements, innermost) into shared memory at dst, completing on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int x, int y,
+                                         uint32_t bar, uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "l"(pol)
+      : "memory");
+}
+
 // A step of a CTA: its tile (index, first row) and the chunk of 32 blocks. advance() moves to
 // the next step without a division (the generic step → tile arithmetic cost issue slots).
 struct Cursor {
   int tile, ch;
-  int64_t row0;  // tile · kR, kept: the copies and the epilogue use it every step
+  int row0;  // tile · kR
   __device__ void set(int tile_, int kR) {
     tile = tile_;
-    row0 = static_cast<int64_t>(tile) * kR;
+    row0 = tile * kR;
   }
   __device__ void advance(int n_chunks, int stride, int kR) {
     if (++ch == n_chunks) {
@@ -110,19 +175,22 @@ struct Cursor {
 // a.n ≤ 8·kNT tokens, over the tiles blockIdx.x, blockIdx.x + gridDim.x, ... of kR = 16·kMT rows.
 // Each warp's mma covers kMT 16-row halves of the tile.
 template <bool kQ8, int kMats, int kNT, int kMT>
-__global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
+__global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __grid_constant__ TmaMaps maps) {
   using L = Layout<kQ8>;
-  constexpr int kThreads = kW * 32;
   constexpr int kStage = L::template stage_bytes<kMats, kNT, kMT>();
   constexpr int kStages = L::template stages<kMats, kNT, kMT>();
   constexpr int kT = kNT * 8;
   constexpr int kR = 16 * kMT;
-  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kWq = L::template wq_bytes<kR>(), kWd = L::template wd_bytes<kR>();
+  constexpr int kXq = L::template xq_bytes<kT>();
+  static_assert(kStage % kAlign == 0 && kWq % kAlign == 0 && kWd % kAlign == 0 &&
+                (kR * kLine) % kAlign == 0 && (kT * kLine) % kAlign == 0);
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[kStages];
   pdl_trigger();
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int cols = a.cols, nb = cols / 32;
+  const int nb = a.cols / 32;
   const int n_chunks = (nb + kChunk - 1) / kChunk;
-  const int64_t row_bytes = static_cast<int64_t>(nb) * L::kQB;
   const int n_tiles = static_cast<int>((a.rows + kR - 1) / kR);
   const int my_tiles = (n_tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
   const int total = my_tiles * n_chunks;  // this CTA's (tile, chunk) steps, in order
@@ -132,105 +200,98 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
   first.ch = 0;
   first.set(static_cast<int>(blockIdx.x), kR);
 
-  auto wq_of = [&](int st, int m) { return smem + st * kStage + m * kR * L::kWqStride; };
-  auto wd_of = [&](int st, int m) {
-    return smem + st * kStage + kMats * kR * L::kWqStride + m * kR * L::kWdStride;
-  };
-  auto xq_of = [&](int st) { return smem + st * kStage + kMats * kR * (L::kWqStride + L::kWdStride); };
-  auto xd_of = [&](int st) { return xq_of(st) + kT * L::kXqStride; };
+  // The stages start at the first kAlign boundary of the dynamic shared memory (the swizzles
+  // follow the shared addresses' bits).
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + kAlign - 1) & ~static_cast<uint32_t>(kAlign - 1);
+  unsigned char* smem = smem_raw + (base - raw);
   float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [warp][mat][row kR][token]
+  auto wq_at = [&](int st, int m) { return base + st * kStage + m * kWq; };
+  auto wd_at = [&](int st, int m) { return base + st * kStage + kMats * kWq + m * kWd; };
+  auto xq_at = [&](int st) { return base + st * kStage + kMats * (kWq + kWd); };
+  auto xd_at = [&](int st) { return xq_at(st) + kXq; };
+  auto bar_at = [&](int st) { return smem_addr(&bars[st]); };
 
-  // Each thread's share of a step's copies is fixed (the slots' matrix, row and piece follow from
-  // tid: the slot counts are multiples of the block size), so a step adds only the chunk's and
-  // the tile's offsets (the generic index arithmetic cost ~38 instructions a 16-byte copy).
-  constexpr int kPieces = kChunk * L::kQB / 16;  // 16-byte pieces of one row's chunk
-  static_assert(kThreads % kPieces == 0 && (kR * kPieces) % kThreads == 0);
-  constexpr int kWSlotsM = kR * kPieces / kThreads;  // a thread's weight pieces per matrix
-  constexpr int kRStep = kThreads / kPieces;         // rows between them
-  const int wp = tid % kPieces, wr = tid / kPieces;
-  constexpr int kDSlots = kMats * kR * 4;  // scale pieces (8 scales each) of a step: one a thread
-  static_assert(kDSlots <= kThreads && kThreads % 64 == 0);
-  const int dm = tid / (kR * 4), dr = (tid / 4) % kR, dp = tid % 4;
-  constexpr int kXStep = kThreads / 64;   // tokens between a thread's q8 pieces (64 a token)
-  constexpr int kSStep = kThreads / 16;   // ... and its ds pieces (16 a token)
-  const int xp = tid % 64, xt = tid / 64, sp = tid % 16, stk = tid / 16;
-
-  // Step it's weights (rows past the end load the last row, never stored) and activations.
-  auto load_w = [&](int it, const Cursor& cur) {
-    if (it >= total) return;
-    const int st = it % kStages, ch = cur.ch, nblk = min(kChunk, nb - ch * kChunk);
-    if (wp < nblk * L::kQB / 16) {
-      const int64_t coff = static_cast<int64_t>(ch) * kChunk * L::kQB + wp * 16;
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        const uint8_t* q = m == 0 ? a.q[0] : a.q[1];
-#pragma unroll
-        for (int k = 0; k < kWSlotsM; ++k) {
-          const int r = wr + kRStep * k;
-          const int64_t row = min(cur.row0 + r, a.rows - 1);
-          cp_async16(wq_of(st, m) + r * L::kWqStride + wp * 16, q + row * row_bytes + coff);
-        }
+  // A step's copies: for each matrix its kWStrips quant strips and its scales, then the
+  // activations' 8 q8 strips and 2 (d, d·Σq) strips. Copy k is issued by one lane of warp
+  // k mod kW (a copy's operands must be warp-uniform: copies from many lanes of one warp issue one
+  // after another). Rows past the matrix's end, tokens past n and blocks past the last read as
+  // zeros (never stored; the last chunk's missing classes are skipped). Thread 0 arms a stage's
+  // phase (its bytes) before the barrier after which the copies are issued.
+  constexpr int kWCopies = kMats * (L::kWStrips + 1);
+  static_assert(kWCopies + 10 <= 2 * kW);
+  constexpr uint32_t kTx = kStage;
+  // Weights with the decode products' L2 policy; the activations, which every CTA reads, evict-normal.
+  const uint64_t pol = weight_policy(a.evict_first), pol_x = weight_policy(false);
+  auto copy = [&](int k, int st, const Cursor& cur) {
+    if (k < kWCopies) {
+      const int m = k / (L::kWStrips + 1), j = k % (L::kWStrips + 1);
+      if (j < L::kWStrips) {
+        tma_load(wq_at(st, m) + j * kR * kLine, &maps.wq[m], (cur.ch * L::kWStrips + j) * kLine,
+                 cur.row0, bar_at(st), pol);
+      } else {
+        tma_load(wd_at(st, m), &maps.wd[m], cur.ch * kChunk, cur.row0, bar_at(st), pol);
       }
-    }
-    if (tid < kDSlots && dp < nblk / 8) {  // nb is a multiple of 8
-      const int64_t row = min(cur.row0 + dr, a.rows - 1);
-      cp_async16(wd_of(st, dm) + dr * L::kWdStride + dp * 16,
-                 (dm == 0 ? a.d[0] : a.d[1]) + row * nb + ch * kChunk + dp * 8);
+    } else if (k < kWCopies + 8) {
+      const int j = k - kWCopies;
+      tma_load(xq_at(st) + j * kT * kLine, &maps.xq, (cur.ch * 8 + j) * kLine, 0, bar_at(st), pol_x);
+    } else if (k < kWCopies + 10) {
+      const int j = k - kWCopies - 8;
+      tma_load(xd_at(st) + j * kT * kLine, &maps.xd, (cur.ch * 2 + j) * 32, 0, bar_at(st), pol_x);
     }
   };
-  auto load_x = [&](int it, const Cursor& cur) {
-    if (it >= total) return;
-    const int st = it % kStages, ch = cur.ch, nblk = min(kChunk, nb - ch * kChunk);
-    if (xp < nblk * 2) {  // 32 q8 bytes a block
-      const int8_t* src = a.xq.q + static_cast<int64_t>(xt) * cols + ch * kChunk * 32 + xp * 16;
+  // This warp's copies of step it (weights, activations or both).
+  auto issue = [&](int it, const Cursor& cur, bool weights, bool acts) {
+    if (lane != 0) return;
+    const int st = it % kStages;
 #pragma unroll
-      for (int k = 0; k < (kT + kXStep - 1) / kXStep; ++k) {
-        const int t = xt + kXStep * k;
-        if (t < nt) {
-          cp_async16(xq_of(st) + t * L::kXqStride + xp * 16, src + static_cast<int64_t>(kXStep * k) * cols);
-        }
-      }
-    }
-    if (sp < nblk / 2) {  // two float2 a piece
-      const float2* src = a.xq.ds + static_cast<int64_t>(stk) * nb + ch * kChunk + sp * 2;
-#pragma unroll
-      for (int k = 0; k < (kT + kSStep - 1) / kSStep; ++k) {
-        const int t = stk + kSStep * k;
-        if (t < nt) {
-          cp_async16(xd_of(st) + t * L::kXdStride + sp * 16, src + static_cast<int64_t>(kSStep * k) * nb);
-        }
-      }
+    for (int k = w; k < kWCopies + 10; k += kW) {
+      if (k < kWCopies ? weights : acts) copy(k, st, cur);
     }
   };
 
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mbar_init(bar_at(s));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int s = 0; s < kStages && s < total; ++s) mbar_expect(bar_at(s), kTx);
+  }
+  __syncthreads();
   // Prologue: the first steps' weights before pdl_wait (the previous kernel wrote only x), then
-  // their activations; group k completes step k's data.
+  // their activations.
   Cursor ld = first;
-  for (int s = 0; s < kStages - 1; ++s) {
-    load_w(s, ld);
+  for (int s = 0; s < kStages - 1 && s < total; ++s) {
+    issue(s, ld, true, false);
     ld.advance(n_chunks, stride, kR);
   }
   pdl_wait();
   ld = first;
-  for (int s = 0; s < kStages - 1; ++s) {
-    load_x(s, ld);
-    cp_async_commit();
+  for (int s = 0; s < kStages - 1 && s < total; ++s) {
+    issue(s, ld, false, true);
     ld.advance(n_chunks, stride, kR);
   }
   Cursor tile = first;  // the compute step's
 
+  // Each thread's fragment offsets in a stage (the swizzles above; g is its rows' and its B
+  // tokens' index mod 8): class c = w + kW·ci.
+  const int xd_tok = 2 * q;  // its (d, d·Σq) tokens 8j + 2q and 8j + 2q + 1
   float acc[kMats][kMT][kCI][kNT][4] = {};
   for (int it = 0; it < total; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // step it visible to all; stage (it − 1) % kStages free to refill
-    load_w(it + kStages - 1, ld);
-    load_x(it + kStages - 1, ld);
-    cp_async_commit();
+    // Step it − 1 read by all: its stage takes step it + kStages − 1 (armed by thread 0 at the
+    // end of step it − 1, or in the prologue).
+    __syncthreads();
+    if (it + kStages - 1 < total) issue(it + kStages - 1, ld, true, true);
     ld.advance(n_chunks, stride, kR);
-    // The loads above diverge (loops of uneven trip counts); mma.sync is .aligned, and the
-    // compiler cannot see it inside asm: the warp reconverges here (else: illegal instruction).
-    __syncwarp();
     const int st = it % kStages, ch = tile.ch;
+    mbar_wait(bar_at(st), (it / kStages) & 1);
+    // This stage's next phase (step it + kStages), armed once this thread has seen the phase of
+    // step it complete; its copies are issued after the next barrier.
+    if (tid == 0 && it + kStages < total) mbar_expect(bar_at(st), kTx);
+    // The copies above diverge; mma.sync is .aligned, and the compiler cannot see it inside asm:
+    // the warp reconverges here (else: illegal instruction).
+    __syncwarp();
+    const unsigned char* sw = smem + st * kStage;
 #pragma unroll
     for (int ci = 0; ci < kCI; ++ci) {
       const int c = w + kW * ci;
@@ -239,39 +300,50 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
       float dw[kMats][kMT][2];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
+        const unsigned char* wq = sw + m * kWq + g * kLine;
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          const unsigned char* wq = wq_of(st, m) + 16 * mt * L::kWqStride + c * L::kQB + 4 * q;
           if constexpr (kQ8) {
-            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
-            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride + 16);
-            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride + 16);
+            // Block c: strip c / 4, pieces 2(c % 4) and 2(c % 4) + 1 of the row.
+            const unsigned char* r0 = wq + (c >> 2) * kR * kLine + 16 * mt * kLine + 4 * q;
+            const int p0 = (((c & 3) << 1) ^ g) << 4, p1 = ((((c & 3) << 1) | 1) ^ g) << 4;
+            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(r0 + p0);
+            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(r0 + 8 * kLine + p0);
+            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(r0 + p1);
+            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(r0 + 8 * kLine + p1);
           } else {
-            // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
-            const uint32_t lo = *reinterpret_cast<const uint32_t*>(wq + g * L::kWqStride);
-            const uint32_t hi = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * L::kWqStride);
+            // Block c: strip c / 8, piece c % 8. Byte j of a block holds weight j (low nibble)
+            // and j + 16 (high nibble).
+            const unsigned char* r0 =
+                wq + (c >> 3) * kR * kLine + 16 * mt * kLine + (((c & 7) ^ g) << 4) + 4 * q;
+            const uint32_t lo = *reinterpret_cast<const uint32_t*>(r0);
+            const uint32_t hi = *reinterpret_cast<const uint32_t*>(r0 + 8 * kLine);
             af[m][mt][0] = lo & 0x0F0F0F0Fu;
             af[m][mt][1] = hi & 0x0F0F0F0Fu;
             af[m][mt][2] = (lo >> 4) & 0x0F0F0F0Fu;
             af[m][mt][3] = (hi >> 4) & 0x0F0F0F0Fu;
           }
-          const __half* wd = reinterpret_cast<const __half*>(wd_of(st, m)) + 16 * mt * (L::kWdStride / 2);
-          dw[m][mt][0] = __half2float(wd[g * (L::kWdStride / 2) + c]);
-          dw[m][mt][1] = __half2float(wd[(g + 8) * (L::kWdStride / 2) + c]);
+          // Scale c of rows 16mt + g and + 8 (64-byte rows: piece c / 8 at (c / 8) ^ (g / 2 % 4)).
+          const __half* wd = reinterpret_cast<const __half*>(
+              sw + kMats * kWq + m * kWd + (16 * mt + g) * 64 + ((((c >> 3) ^ (g >> 1)) & 3) << 4) +
+              (c & 7) * 2);
+          dw[m][mt][0] = __half2float(wd[0]);
+          dw[m][mt][1] = __half2float(wd[8 * 32]);
         }
       }
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         if (8 * j >= nt) break;
-        // Tokens past nt read shared memory no copy wrote (their sums are never stored), so
-        // every address here is the stage's base plus a constant.
-        const unsigned char* xq = xq_of(st) + (8 * j + g) * L::kXqStride + c * 32 + 4 * q;
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xq);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xq + 16);
-        const float2* xd = reinterpret_cast<const float2*>(xd_of(st));
-        const float2 ds0 = xd[(8 * j + 2 * q) * (L::kXdStride / 8) + c];
-        const float2 ds1 = xd[(8 * j + 2 * q + 1) * (L::kXdStride / 8) + c];
+        // Token 8j + g's q8 block c: strip c / 4, pieces 2(c % 4) and + 1.
+        const unsigned char* xq = sw + kMats * (kWq + kWd) + (c >> 2) * kT * kLine + (8 * j + g) * kLine + 4 * q;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xq + ((((c & 3) << 1) ^ g) << 4));
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xq + (((((c & 3) << 1) | 1) ^ g) << 4));
+        // Tokens 8j + 2q (+ 1)'s (d, d·Σq) of block c: strip c / 16, piece (c % 16) / 2.
+        const unsigned char* xd = sw + kMats * (kWq + kWd) + kXq + (c >> 4) * kT * kLine +
+                                  (8 * j + xd_tok) * kLine + (c & 1) * 8;
+        const float2 ds0 = *reinterpret_cast<const float2*>(xd + ((((c & 15) >> 1) ^ xd_tok) << 4));
+        const float2 ds1 =
+            *reinterpret_cast<const float2*>(xd + kLine + ((((c & 15) >> 1) ^ (xd_tok + 1)) << 4));
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -318,19 +390,19 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
       }
     }
     __syncthreads();
-    for (int o = tid; o < kR * nt; o += kThreads) {
+    for (int o = tid; o < kR * nt; o += kW * 32) {
       const int r = o / nt, t = o % nt;
       float v[kMats];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        float sw[8];
+        float sw8[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          sw[k] = pair_sum(red[((k * kMats + m) * kR + r) * kT + t],
-                           red[(((k + 8) * kMats + m) * kR + r) * kT + t]);
+          sw8[k] = pair_sum(red[((k * kMats + m) * kR + r) * kT + t],
+                            red[(((k + 8) * kMats + m) * kR + r) * kT + t]);
         }
-        const float s3_0 = pair_sum(sw[0], sw[4]), s3_1 = pair_sum(sw[1], sw[5]);
-        const float s3_2 = pair_sum(sw[2], sw[6]), s3_3 = pair_sum(sw[3], sw[7]);
+        const float s3_0 = pair_sum(sw8[0], sw8[4]), s3_1 = pair_sum(sw8[1], sw8[5]);
+        const float s3_2 = pair_sum(sw8[2], sw8[6]), s3_3 = pair_sum(sw8[3], sw8[7]);
         v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
       }
       if (tile.row0 + r >= a.rows) continue;
@@ -344,7 +416,6 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a) {
     }
     tile.advance(n_chunks, stride, kR);
   }
-  cp_async_wait<0>();
 }
 
 // The device's SM count (a wave of tiles: one on every SM).
@@ -358,12 +429,68 @@ int sm_count() {
   return n;
 }
 
+// cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    GEM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                    cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || p == nullptr) {
+      std::fprintf(stderr, "matmul_rows_mma: the driver has no cuTensorMapEncodeTiled\n");
+      std::abort();
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The L2 promotion of the boxes' rows (none and 128 B measured within a few per cent of it, either
+// way by shape: bench/results/cuda.md).
+constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+
+// The 2-D map of a dense row-major [dim1][dim0] array of `elem`-byte elements at p, read in boxes
+// of [box1][box0]. Maps are built once per array and shape (weights are fixed; the activations
+// live in a few fixed buffers) and kept: a launch copies them into its parameters.
+CUtensorMap tensor_map(const void* p, CUtensorMapDataType type, int elem, uint64_t dim0,
+                       uint64_t dim1, uint32_t box0, uint32_t box1, CUtensorMapSwizzle swizzle) {
+  using Key = std::tuple<const void*, int, uint64_t, uint64_t, uint32_t, uint32_t, int>;
+  static std::mutex mu;
+  static std::map<Key, CUtensorMap> maps;
+  const Key key{p, static_cast<int>(type), dim0, dim1, box0, box1, static_cast<int>(swizzle)};
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = maps.find(key);
+  if (it != maps.end()) return it->second;
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {dim0, dim1};
+  const cuuint64_t strides[1] = {dim0 * elem};
+  const cuuint32_t box[2] = {box0, box1};
+  const cuuint32_t unit[2] = {1, 1};
+  const CUresult r = encode_tiled()(&m, type, 2, const_cast<void*>(p), dims, strides, box, unit,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                    kPromotion,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "matmul_rows_mma: cuTensorMapEncodeTiled failed (%d) for [%llu][%llu] "
+                 "boxes [%u][%u]\n", static_cast<int>(r), static_cast<unsigned long long>(dim1),
+                 static_cast<unsigned long long>(dim0), box1, box0);
+    std::abort();
+  }
+  // Kept per array and shape: a model's matrices and a few activation buffers. Arrays freed
+  // since (other backends, other models) leave entries no launch meets again: bounded here.
+  if (maps.size() >= 16384) maps.clear();
+  maps.emplace(key, m);
+  return m;
+}
+
 // The persistent grid: as many CTAs as fit on the device at once, at most one per tile.
 template <bool kQ8, int kMats, int kNT, int kMT>
 void launch_instance(const NArgs& a, cudaStream_t s) {
-  constexpr int kSmem = Layout<kQ8>::template smem_bytes<kMats, kNT, kMT>();
-  static_assert(kSmem <= 227 * 1024);
+  using L = Layout<kQ8>;
+  constexpr int kSmem = L::template smem_bytes<kMats, kNT, kMT>();
+  static_assert(kSmem + 64 <= 227 * 1024);
   constexpr int kThreads = kW * 32;
+  constexpr uint32_t kR = 16 * kMT, kT = 8 * kNT;
   auto kernel = rows_mma_kernel<kQ8, kMats, kNT, kMT>;
   static const int resident = [&] {
     int per_sm = 0;
@@ -371,8 +498,21 @@ void launch_instance(const NArgs& a, cudaStream_t s) {
     GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
     return std::max(1, per_sm) * sm_count();
   }();
-  const int64_t tiles = (a.rows + 16 * kMT - 1) / (16 * kMT);
-  launch(kernel, static_cast<unsigned>(std::min<int64_t>(tiles, resident)), kThreads, kSmem, s, a);
+  const uint64_t nb = a.cols / 32, rows = static_cast<uint64_t>(a.rows);
+  TmaMaps maps{};
+  for (int m = 0; m < kMats; ++m) {
+    maps.wq[m] = tensor_map(a.q[m], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, nb * L::kQB, rows, kLine, kR,
+                            CU_TENSOR_MAP_SWIZZLE_128B);
+    maps.wd[m] = tensor_map(a.d[m], CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, nb, rows, kChunk, kR,
+                            CU_TENSOR_MAP_SWIZZLE_64B);
+  }
+  maps.xq = tensor_map(a.xq.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.cols, a.n, kLine, kT,
+                       CU_TENSOR_MAP_SWIZZLE_128B);
+  maps.xd = tensor_map(a.xq.ds, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 2 * nb, a.n, kLine / 4, kT,
+                       CU_TENSOR_MAP_SWIZZLE_128B);
+  const int64_t tiles = (a.rows + kR - 1) / kR;
+  launch(kernel, static_cast<unsigned>(std::min<int64_t>(tiles, resident)), kThreads, kSmem, s, a,
+         maps);
 }
 
 // The shapes by rows (the file's opening comment).
