@@ -9,7 +9,8 @@
 #   bash bench/cuda/h200_mtp.sh 12b     gem synth 12b and its assistant (--assistant-for); the
 #                                       same two tests on them; gem bench --mtp: plain decode, the
 #                                       random assistant and forced acceptance 1.0/0.9/0.7/0.5 in
-#                                       one run, with the round's parts (-v)
+#                                       one run, with the round's parts (-v); then sampled
+#                                       (--temp 0.8): plain and the random assistant
 #   bash bench/cuda/h200_mtp.sh 31b     the same for the 31B
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out: mtp.txt (the summary), build.log.
 set -u
@@ -49,6 +50,9 @@ build)
   log "gem bench --mtp $p: plain, the random assistant, forced acceptance 1.0/0.9/0.7/0.5"
   $GEM bench -m $M/g$p.gguf --backend cuda -p 512 -n 256 -r 3 --mtp $M/mtp-g$p.gguf \
     --forced-acceptance 1,0.9,0.7,0.5 -v 2>>"$OUT/bench.log" | tee -a "$OUT/mtp.txt"
+  log "gem bench --mtp $p sampled (--temp 0.8): plain and the random assistant"
+  $GEM bench -m $M/g$p.gguf --backend cuda -p 512 -n 256 -r 3 --mtp $M/mtp-g$p.gguf \
+    --temp 0.8 -v 2>>"$OUT/bench.log" | grep "temp" | tee -a "$OUT/mtp.txt"
   ;;
 *) log "unknown step $step (build, 12b, 31b)"; exit 2 ;;
 esac

@@ -8,7 +8,9 @@
 // reachable from the server): the assistant drafts in full, then each proposal is replaced by
 // the target's known greedy continuation with probability RATE per token (else a wrong token),
 // so the round's machinery runs at a chosen acceptance. -v adds the round's parts (drafting,
-// verification, truncation) in ms per round.
+// verification, truncation) in ms per round. --temp T > 0 runs plain decoding and the assistant
+// as it is with sampling instead (the model's default top-k 64 and top-p 0.95, a fixed seed):
+// the cost of sampled rounds and of their adaptation (forced rates are greedy rounds only).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +55,7 @@ struct BenchArgs {
   std::string parallel;  // batched mode: sequence counts (llama-batched-bench's -npl)
   MtpFlags mtp;           // speculative mode: --mtp, --no-mtp, --draft-max, --draft-min
   std::string forced;     // --forced-acceptance: per-token acceptance rates, comma-separated
+  float temp = 0.0f;      // --temp: with --mtp, sampled decoding (0: greedy)
 };
 
 struct Test {
@@ -213,7 +216,19 @@ struct SpecRow {
   std::string mode;
   std::vector<double> tps;
   runtime::GenerateResult last;  // of the last repetition: counts and the round's parts
+  uint64_t digest = 0;           // FNV-1a of its tokens (greedy: each mode's equals plain's)
 };
+
+uint64_t fnv1a(const std::vector<int32_t>& tokens) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t t : tokens) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (static_cast<uint32_t>(t) >> (8 * b)) & 0xFFu;
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
 
 // Speculative mode: plain greedy decoding of n_gen tokens after a random prompt of n_prompt
 // tokens (its output is the forced modes' truth), then the same request with the assistant as
@@ -234,16 +249,18 @@ int run_speculative(const BenchArgs& a, const model::Model& m, std::unique_ptr<B
   req.prompt.push_back(2);  // <bos>
   for (int i = 1; i < n_prompt; ++i) req.prompt.push_back(tok(rng));
   req.max_tokens = n_gen;
-  req.sampling.temperature = 0.0f;
+  req.sampling.temperature = a.temp;
+  req.sampling.seed = 1234;  // the same draws in every repetition and mode
   req.stop_at_eog = false;
   req.draft_max = a.mtp.draft_max;
   req.draft_min = a.mtp.draft_min;
   std::vector<int32_t> truth;
   // One mode: a warm-up request, then the timed ones (tokens/s over the decode only: the prompt
   // is the cached one after the first request).
+  const std::string sampled = a.temp > 0.0f ? strprintf(" (temp %.2f)", a.temp) : "";
   auto measure = [&](const std::string& mode, runtime::DraftSource* drafter) -> Result<SpecRow> {
     SpecRow row;
-    row.mode = mode;
+    row.mode = mode + sampled;
     req.drafter = drafter;
     for (int r = 0; r <= a.reps; ++r) {
       std::vector<int32_t> out;
@@ -261,6 +278,7 @@ int run_speculative(const BenchArgs& a, const model::Model& m, std::unique_ptr<B
       if (r == 0) continue;
       row.tps.push_back(res->n_generated / res->decode_seconds);
       row.last = *res;
+      row.digest = fnv1a(out);
     }
     std::fprintf(stderr, "bench: %s done (median %.2f t/s)\n", mode.c_str(), median(row.tps));
     return row;
@@ -292,12 +310,14 @@ int run_speculative(const BenchArgs& a, const model::Model& m, std::unique_ptr<B
       out.push_back({{"model", model_name}, {"file", a.model}, {"mtp", a.mtp.mtp},
                      {"backend", backend_name}, {"kv_type", a.kv_type}, {"mode", r.mode},
                      {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"draft_max", a.mtp.draft_max},
-                     {"draft_min", a.mtp.draft_min}, {"median_tps", median(r.tps)},
+                     {"draft_min", a.mtp.draft_min}, {"temperature", a.temp},
+                     {"median_tps", median(r.tps)},
                      {"samples_tps", r.tps}, {"speedup", median(r.tps) / base},
                      {"drafted", g.n_drafted}, {"accepted", g.n_draft_accepted},
                      {"rounds", g.n_rounds}, {"draft_ms_per_round", g.draft_seconds * per_round},
                      {"verify_ms_per_round", g.verify_seconds * per_round},
                      {"truncate_ms_per_round", g.truncate_seconds * per_round},
+                     {"output_fnv1a", strprintf("%016llx", static_cast<unsigned long long>(r.digest))},
                      {"build_commit", build_commit()}});
     }
     std::printf("%s\n", out.dump(2).c_str());
@@ -430,6 +450,13 @@ int run_bench(const BenchArgs& a) {
   if (backend == "cuda") made = Status::error("this gem was built without the CUDA backend");
 #endif
   if (!made.ok()) return fail("bench", made.message());
+  if (!(a.temp >= 0.0f && a.temp <= 100.0f)) {
+    return fail("bench", strprintf("--temp %g: expected a temperature in [0, 100] (0: greedy)", a.temp));
+  }
+  if (a.temp > 0.0f && !a.forced.empty()) {
+    return fail("bench", "--forced-acceptance runs greedy rounds (the target's greedy tokens as "
+                         "drafts); it takes no --temp");
+  }
   if (a.mtp.on()) {
     if ((*prompts).size() != 1 || (*gens).size() != 1 || (*depths).size() != 1 || (*depths)[0] != 0 ||
         (*gens)[0] < 1) {
@@ -439,6 +466,7 @@ int run_bench(const BenchArgs& a) {
     return run_speculative(a, m, std::move(made).value(), std::max((*prompts)[0], 1), (*gens)[0]);
   }
   if (!a.forced.empty()) return fail("bench", "--forced-acceptance needs --mtp");
+  if (a.temp != 0.0f) return fail("bench", "--temp needs --mtp (plain tests decode greedily)");
   Backend& b = **made;
   if (backend == "cpu") {
     std::fprintf(stderr, "bench: cpu kernels %s, packed weights %.2f GB\n",
@@ -537,6 +565,9 @@ RunFn setup_bench(CLI::App& sub) {
                  "sequence evaluates its own -p prompt in one batch, then -n steps of one token "
                  "per sequence");
   add_mtp_flags(sub, a->mtp);
+  sub.add_option("--temp", a->temp,
+                 "with --mtp: sampled decoding at this temperature (top-k 64, top-p 0.95, a fixed "
+                 "seed) for the plain and the assistant's rows; 0 (default): greedy");
   sub.add_option("--forced-acceptance", a->forced,
                  "with --mtp, benchmark only: also run with the assistant's proposals replaced by "
                  "the target's own greedy tokens at these per-token rates, comma-separated "

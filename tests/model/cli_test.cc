@@ -209,7 +209,8 @@ TEST(GemCli, RunNoMtpAndDraftMin) {
 
 // gem bench --mtp: plain greedy decoding, the assistant as it is and the forced-acceptance
 // rates, one row each in one run; at rate 1 every draft is accepted (the target's own tokens),
-// at rate 0 none; -v adds the round's parts. Refusals are named.
+// at rate 0 none, and every row's tokens are plain greedy's; -v adds the round's parts; --temp
+// samples the plain and the assistant's rows. Refusals are named.
 TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
   const std::string model = test::fixture("tiny-q4_0.gguf");
@@ -234,7 +235,11 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   EXPECT_GT(j[2]["draft_ms_per_round"].get<double>(), 0.0);
   EXPECT_EQ(j[3]["mode"], "mtp forced 0.00");
   EXPECT_EQ(j[3]["accepted"], 0);
-  for (const auto& row : j) EXPECT_GT(row["median_tps"].get<double>(), 0.0) << row;
+  for (const auto& row : j) {
+    EXPECT_GT(row["median_tps"].get<double>(), 0.0) << row;
+    // Lossless: every greedy mode's tokens are plain greedy decoding's.
+    EXPECT_EQ(row["output_fnv1a"], j[0]["output_fnv1a"]) << row;
+  }
   CmdResult md = run_gem(common + " --mtp " + mtp + " --forced-acceptance 0.5 -v");
   ASSERT_EQ(md.rc, 0) << md.out;
   EXPECT_NE(md.out.find("| mtp forced 0.50 |"), std::string::npos) << md.out;
@@ -247,6 +252,25 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   EXPECT_NE(bad_rate.rc, 0);
   EXPECT_NE(bad_rate.out.find("--forced-acceptance: '1.5' is not a rate in [0, 1]"), std::string::npos)
       << bad_rate.out;
+  // --temp: plain and the assistant's rows sampled (a fixed seed: other tokens than greedy's).
+  CmdResult t = run_gem(common + " --mtp " + mtp + " --temp 0.8 -o json");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  const auto jt = nlohmann::json::parse(t.out.substr(t.out.find("\n[") + 1));
+  ASSERT_EQ(jt.size(), 2u) << t.out;
+  EXPECT_EQ(jt[0]["mode"], "plain (temp 0.80)");
+  EXPECT_EQ(jt[1]["mode"], "mtp (temp 0.80)");
+  EXPECT_FLOAT_EQ(jt[1]["temperature"].get<float>(), 0.8f);
+  EXPECT_GT(jt[1]["drafted"].get<int>(), 0);
+  EXPECT_NE(jt[0]["output_fnv1a"], j[0]["output_fnv1a"]) << "sampled tokens equal greedy ones";
+  CmdResult t_forced = run_gem(common + " --mtp " + mtp + " --temp 0.8 --forced-acceptance 1");
+  EXPECT_NE(t_forced.rc, 0);
+  EXPECT_NE(t_forced.out.find("--forced-acceptance runs greedy rounds"), std::string::npos) << t_forced.out;
+  CmdResult t_plain = run_gem(common + " --temp 0.8");
+  EXPECT_NE(t_plain.rc, 0);
+  EXPECT_NE(t_plain.out.find("--temp needs --mtp"), std::string::npos) << t_plain.out;
+  CmdResult t_bad = run_gem(common + " --mtp " + mtp + " --temp -1");
+  EXPECT_NE(t_bad.rc, 0);
+  EXPECT_NE(t_bad.out.find("--temp -1: expected a temperature in [0, 100]"), std::string::npos) << t_bad.out;
   CmdResult two = run_gem("bench -m " + model + " --backend cpu -t 1 -p 8,16 -n 8 -r 1 --mtp " + mtp);
   EXPECT_NE(two.rc, 0);
   EXPECT_NE(two.out.find("--mtp takes one -p value"), std::string::npos) << two.out;
