@@ -218,6 +218,12 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   GEM_REQUIRE_FIXTURE(model);
   GEM_REQUIRE_FIXTURE(mtp);
   const std::string common = "bench -m " + model + " --backend cpu -t 1 -p 8 -n 40 -r 1";
+  // A refused command: non-zero exit and the message.
+  auto expect_refused = [](const std::string& args, const std::string& message) {
+    const CmdResult r = run_gem(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << "\n" << r.out;
+  };
   CmdResult b = run_gem(common + " --mtp " + mtp + " --forced-acceptance 1,0 -v -o json");
   ASSERT_EQ(b.rc, 0) << b.out;
   const auto j = nlohmann::json::parse(b.out.substr(b.out.find("\n[") + 1));
@@ -245,13 +251,9 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   EXPECT_NE(md.out.find("| mtp forced 0.50 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("verify ms/round"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("plain decode: "), std::string::npos) << md.out;
-  CmdResult no_mtp = run_gem(common + " --forced-acceptance 1");
-  EXPECT_NE(no_mtp.rc, 0);
-  EXPECT_NE(no_mtp.out.find("--forced-acceptance needs --mtp"), std::string::npos) << no_mtp.out;
-  CmdResult bad_rate = run_gem(common + " --mtp " + mtp + " --forced-acceptance 1.5");
-  EXPECT_NE(bad_rate.rc, 0);
-  EXPECT_NE(bad_rate.out.find("--forced-acceptance: '1.5' is not a rate in [0, 1]"), std::string::npos)
-      << bad_rate.out;
+  expect_refused(common + " --forced-acceptance 1", "--forced-acceptance needs --mtp");
+  expect_refused(common + " --mtp " + mtp + " --forced-acceptance 1.5",
+                 "--forced-acceptance: '1.5' is not a rate in [0, 1]");
   // --temp: plain and the assistant's rows sampled (a fixed seed: other tokens than greedy's).
   CmdResult t = run_gem(common + " --mtp " + mtp + " --temp 0.8 -o json");
   ASSERT_EQ(t.rc, 0) << t.out;
@@ -262,18 +264,13 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   EXPECT_FLOAT_EQ(jt[1]["temperature"].get<float>(), 0.8f);
   EXPECT_GT(jt[1]["drafted"].get<int>(), 0);
   EXPECT_NE(jt[0]["output_fnv1a"], j[0]["output_fnv1a"]) << "sampled tokens equal greedy ones";
-  CmdResult t_forced = run_gem(common + " --mtp " + mtp + " --temp 0.8 --forced-acceptance 1");
-  EXPECT_NE(t_forced.rc, 0);
-  EXPECT_NE(t_forced.out.find("--forced-acceptance runs greedy rounds"), std::string::npos) << t_forced.out;
-  CmdResult t_plain = run_gem(common + " --temp 0.8");
-  EXPECT_NE(t_plain.rc, 0);
-  EXPECT_NE(t_plain.out.find("--temp needs --mtp"), std::string::npos) << t_plain.out;
-  CmdResult t_bad = run_gem(common + " --mtp " + mtp + " --temp -1");
-  EXPECT_NE(t_bad.rc, 0);
-  EXPECT_NE(t_bad.out.find("--temp -1: expected a temperature in [0, 100]"), std::string::npos) << t_bad.out;
-  CmdResult two = run_gem("bench -m " + model + " --backend cpu -t 1 -p 8,16 -n 8 -r 1 --mtp " + mtp);
-  EXPECT_NE(two.rc, 0);
-  EXPECT_NE(two.out.find("--mtp takes one -p value"), std::string::npos) << two.out;
+  expect_refused(common + " --mtp " + mtp + " --temp 0.8 --forced-acceptance 1",
+                 "--forced-acceptance runs greedy rounds");
+  expect_refused(common + " --temp 0.8", "--temp needs --mtp");
+  expect_refused(common + " --mtp " + mtp + " --temp -1",
+                 "--temp -1: expected a temperature in [0, 100]");
+  expect_refused("bench -m " + model + " --backend cpu -t 1 -p 8,16 -n 8 -r 1 --mtp " + mtp,
+                 "--mtp takes one -p value");
 }
 
 // gem agent drafts with mtp-<model file name> beside the model (its /props says so) unless
