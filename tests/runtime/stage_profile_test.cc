@@ -92,11 +92,12 @@ void check_pass(const PassProfile& p, const model::Model& m, const std::string& 
   EXPECT_LE(p.forward_min_s, p.forward_mean_s * (1 + 1e-9));
   EXPECT_LE(p.forward_mean_s, p.profiled_eval_mean_s * 1.0001 + 1e-7);
   EXPECT_GE(p.forward_mean_s, 0.5 * p.profiled_eval_mean_s);
-  // Against the plain evals a sane bound only: this machine may be shared.
+  // Against the plain evals a sane bound only, on the fastest samples of each (this machine may
+  // be shared: a stall in a few samples moved a mean past 4x under CI's parallel tests).
   EXPECT_GT(p.plain_mean_s, 0.0);
   EXPECT_LE(p.plain_min_s, p.plain_mean_s);
-  EXPECT_LT(p.forward_mean_s, 4.0 * p.plain_mean_s);
-  EXPECT_GT(p.forward_mean_s, 0.25 * p.plain_mean_s);
+  EXPECT_LT(p.forward_min_s, 4.0 * p.plain_min_s);
+  EXPECT_GT(p.forward_min_s, 0.25 * p.plain_min_s);
 }
 
 TEST(StageProfile, EveryStageOfBothLayerKinds) {
