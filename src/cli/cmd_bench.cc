@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/isa.h"
+#include "base/sha256.h"
 #include "base/timer.h"
 #include "cli/backend_flags.h"
 #include "cli/build_info.h"
@@ -216,19 +217,8 @@ struct SpecRow {
   std::string mode;
   std::vector<double> tps;
   runtime::GenerateResult last;  // of the last repetition: counts and the round's parts
-  uint64_t digest = 0;           // FNV-1a of its tokens (greedy: each mode's equals plain's)
+  std::string digest;            // SHA-256 of its tokens (greedy: each mode's equals plain's)
 };
-
-uint64_t fnv1a(const std::vector<int32_t>& tokens) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int32_t t : tokens) {
-    for (int b = 0; b < 4; ++b) {
-      h ^= (static_cast<uint32_t>(t) >> (8 * b)) & 0xFFu;
-      h *= 0x100000001b3ull;
-    }
-  }
-  return h;
-}
 
 // Speculative mode: plain greedy decoding of n_gen tokens after a random prompt of n_prompt
 // tokens (its output is the forced modes' truth), then the same request with the assistant as
@@ -278,7 +268,9 @@ int run_speculative(const BenchArgs& a, const model::Model& m, std::unique_ptr<B
       if (r == 0) continue;
       row.tps.push_back(res->n_generated / res->decode_seconds);
       row.last = *res;
-      row.digest = fnv1a(out);
+      Sha256 sha;
+      sha.update({reinterpret_cast<const uint8_t*>(out.data()), out.size() * sizeof(int32_t)});
+      row.digest = Sha256::hex(sha.finish());
     }
     std::fprintf(stderr, "bench: %s done (median %.2f t/s)\n", mode.c_str(), median(row.tps));
     return row;
@@ -317,7 +309,7 @@ int run_speculative(const BenchArgs& a, const model::Model& m, std::unique_ptr<B
                      {"rounds", g.n_rounds}, {"draft_ms_per_round", g.draft_seconds * per_round},
                      {"verify_ms_per_round", g.verify_seconds * per_round},
                      {"truncate_ms_per_round", g.truncate_seconds * per_round},
-                     {"output_fnv1a", strprintf("%016llx", static_cast<unsigned long long>(r.digest))},
+                     {"output_sha256", r.digest},
                      {"build_commit", build_commit()}});
     }
     std::printf("%s\n", out.dump(2).c_str());

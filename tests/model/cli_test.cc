@@ -244,7 +244,7 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   for (const auto& row : j) {
     EXPECT_GT(row["median_tps"].get<double>(), 0.0) << row;
     // Lossless: every greedy mode's tokens are plain greedy decoding's.
-    EXPECT_EQ(row["output_fnv1a"], j[0]["output_fnv1a"]) << row;
+    EXPECT_EQ(row["output_sha256"], j[0]["output_sha256"]) << row;
   }
   CmdResult md = run_gem(common + " --mtp " + mtp + " --forced-acceptance 0.5 -v");
   ASSERT_EQ(md.rc, 0) << md.out;
@@ -263,7 +263,7 @@ TEST(GemCli, BenchMtpReportsPlainTheAssistantAndForcedRates) {
   EXPECT_EQ(jt[1]["mode"], "mtp (temp 0.80)");
   EXPECT_FLOAT_EQ(jt[1]["temperature"].get<float>(), 0.8f);
   EXPECT_GT(jt[1]["drafted"].get<int>(), 0);
-  EXPECT_NE(jt[0]["output_fnv1a"], j[0]["output_fnv1a"]) << "sampled tokens equal greedy ones";
+  EXPECT_NE(jt[0]["output_sha256"], j[0]["output_sha256"]) << "sampled tokens equal greedy ones";
   expect_refused(common + " --mtp " + mtp + " --temp 0.8 --forced-acceptance 1",
                  "--forced-acceptance runs greedy rounds");
   expect_refused(common + " --temp 0.8", "--temp needs --mtp");
