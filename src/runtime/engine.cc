@@ -229,7 +229,8 @@ Status Engine::decode_speculative(const GenerateRequest& request, const Generate
   std::vector<int32_t> history = request.prompt;
   auto emit = [&](int32_t token) { return this->emit(token, request, cb, history, result); };
   Rng rng(resolve_seed(request.sampling.seed));
-  Speculation spec(request, rng, history);
+  Speculation spec(request, rng, history,
+                   draft_costs_[request.sampling.temperature > 0.0f ? 1 : 0]);
   if (request.max_tokens == 0) {
     result.finish = FinishReason::kLength;
     return ok_status();

@@ -80,6 +80,18 @@ struct GenerateRequest {
   bool draft_by_cost = true;
 };
 
+// What speculative rounds cost on this backend and model, learnt across requests (generation.h's
+// Speculation reads and updates it): a round's seconds by its draft count (index 0: a plain step;
+// 0 = not measured yet) and one draft step's. Greedy and sampled requests keep one each (a
+// sampled round also draws its rows on the host).
+struct DraftCosts {
+  std::vector<double> round_s;
+  std::vector<int> n_samples;  // rounds measured, by draft count
+  std::vector<int> n_high;     // samples in a row above twice the estimate, by draft count
+  double draft_s = 0.0;
+  int draft_high = 0;
+};
+
 struct GenerateCallbacks {
   // Before the prompt (done = cached tokens) and after each prompt tile: (prompt tokens done,
   // cached ones included; total). false cancels.
@@ -176,6 +188,7 @@ class Engine {
   std::vector<int32_t> cached_;          // the last prompt up to its history boundary, as held
   std::vector<float> cached_logits_;     // logits of its last row (an identical replay reuses them)
   std::vector<float> scratch_logits_;    // mutable copy for constraints
+  DraftCosts draft_costs_[2];            // greedy, sampled
 };
 
 }  // namespace gem::runtime

@@ -99,21 +99,29 @@ bool emit_token(int32_t token, bool eog, int n_ctx, const GenerateRequest& reque
 
 namespace gem::runtime {
 
-namespace {
-
-// Running estimates: the first sample, then a quarter of each new one.
-void blend(double& estimate, double sample) {
-  estimate = estimate > 0.0 ? 0.75 * estimate + 0.25 * sample : sample;
+void blend_cost(double& estimate, int& n_high, double sample) {
+  if (estimate <= 0.0 || sample < 0.5 * estimate) {
+    estimate = sample;
+    n_high = 0;
+  } else if (sample <= 2.0 * estimate) {
+    estimate = 0.75 * estimate + 0.25 * sample;
+    n_high = 0;
+  } else if (++n_high >= 3) {
+    estimate = sample;
+    n_high = 0;
+  }
 }
 
-}  // namespace
-
-int best_draft_len(std::span<const double> round_s, double draft_s, double alpha, int k_lo, int k_hi,
-                   bool allow_plain) {
+int best_draft_len(std::span<const double> round_s, std::span<const int> n_samples, double draft_s,
+                   double alpha, int k_lo, int k_hi, bool allow_plain) {
   k_lo = std::max(k_lo, 1);
   if (k_hi < k_lo) return std::max(k_hi, 0);
   auto measured = [&](int k) { return static_cast<size_t>(k) < round_s.size() && round_s[k] > 0.0; };
-  if (!measured(k_hi)) return k_hi;
+  // Explored: two samples (a first one may carry a one-time cost, which the second replaces).
+  auto settled = [&](int k) {
+    return measured(k) && static_cast<size_t>(k) < n_samples.size() && n_samples[k] >= 2;
+  };
+  if (!settled(k_hi)) return k_hi;
   int best = -1;
   double best_rate = 0.0;
   double tokens = 1.0, term = 1.0;  // 1 + α + … + α^k
@@ -129,19 +137,28 @@ int best_draft_len(std::span<const double> round_s, double draft_s, double alpha
       best_rate = rate;
     }
   }
-  // The next candidate below the best, while it is not measured.
+  // The next candidate below the best, while it is not explored.
   const int below = best > k_lo ? best - 1 : (best == k_lo && allow_plain ? 0 : -1);
-  return below >= 0 && !measured(below) ? below : best;
+  return below >= 0 && !settled(below) ? below : best;
 }
 
 Speculation::Speculation(const GenerateRequest& request, Rng& rng,
-                         const std::vector<int32_t>& history)
+                         const std::vector<int32_t>& history, DraftCosts& costs)
     : request_(request), rng_(rng), history_(history),
-      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max),
-      round_s_(static_cast<size_t>(std::max({request.draft_max, request.draft_min, 0})) + 1, 0.0) {}
+      sampled_(request.sampling.temperature > 0.0f), k_cur_(request.draft_max), costs_(costs) {
+  const size_t n = static_cast<size_t>(std::max({request.draft_max, request.draft_min, 0})) + 1;
+  if (costs_.round_s.size() < n) {
+    costs_.round_s.resize(n, 0.0);
+    costs_.n_samples.resize(n, 0);
+    costs_.n_high.resize(n, 0);
+  }
+}
 
 void Speculation::note_plain_step(double seconds) {
-  if (seconds > 0.0) blend(round_s_[0], seconds);
+  if (seconds > 0.0) {
+    blend_cost(costs_.round_s[0], costs_.n_high[0], seconds);
+    ++costs_.n_samples[0];
+  }
 }
 
 int32_t Speculation::choose(std::span<const float> row) {
@@ -191,8 +208,10 @@ int Speculation::draft_len(int cur, int n_ctx, int n_generated) {
   const double alpha = (n_hit_ + 0.5) / (n_hit_ + n_miss_ + 1.0);
   const bool allow_plain = !probe_;
   probe_ = false;
-  const int best = best_draft_len(round_s_, draft_s_, alpha, request_.draft_min, k, allow_plain);
-  if (best == 0 && round_s_[0] > 0.0) {
+  const int best =
+      best_draft_len(costs_.round_s, costs_.n_samples, costs_.draft_s, alpha, request_.draft_min, k,
+                     allow_plain);
+  if (best == 0 && costs_.round_s[0] > 0.0) {
     // Plain steps are worth more than any round: pause (8 tokens, doubling up to 256 while the
     // probes after the pauses do not change that). Not measured yet: this one plain step
     // measures it.
@@ -216,7 +235,7 @@ std::vector<int32_t> Speculation::propose(int32_t root, int cur, int n_ctx,
   if (!drafts.empty()) {
     const double s = timer.seconds();
     result.draft_seconds += s;
-    blend(draft_s_, s / static_cast<double>(drafts.size()));
+    blend_cost(costs_.draft_s, costs_.draft_high, s / static_cast<double>(drafts.size()));
   }
   return drafts;
 }
@@ -281,8 +300,10 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
   }
   n_hit_ = 0.875 * n_hit_ + accepted;
   n_miss_ = 0.875 * n_miss_ + (accepted < n_drafts ? 1.0 : 0.0);
-  if (static_cast<size_t>(n_drafts) < round_s_.size()) {
-    blend(round_s_[static_cast<size_t>(n_drafts)], whole.seconds());
+  if (static_cast<size_t>(n_drafts) < costs_.round_s.size()) {
+    blend_cost(costs_.round_s[static_cast<size_t>(n_drafts)], costs_.n_high[static_cast<size_t>(n_drafts)],
+          whole.seconds());
+    ++costs_.n_samples[static_cast<size_t>(n_drafts)];
   }
   *next = bonus;
   root_row_ = accepted;

@@ -81,15 +81,26 @@ namespace gem::runtime {
 // accepted with probability α while the ones before it were; then the target's own token) in
 // round_s[k] + k·draft_s seconds; no drafts (k = 0) yield one token in round_s[0] (a plain
 // step). Returns the k of {0} ∪ [k_lo, k_hi] with the most tokens a second among the measured
-// ones (round_s[k] > 0; k = 0 only with allow_plain), exploring: k_hi while it is not measured,
-// then the next candidate below the best while that one is not.
-int best_draft_len(std::span<const double> round_s, double draft_s, double alpha, int k_lo, int k_hi,
-                   bool allow_plain);
+// ones (round_s[k] > 0; k = 0 only with allow_plain), exploring: k_hi until it has two samples
+// (n_samples[k]: a first one may carry a one-time cost), then the next candidate below the best
+// until that one has.
+int best_draft_len(std::span<const double> round_s, std::span<const int> n_samples, double draft_s,
+                   double alpha, int k_lo, int k_hi, bool allow_plain);
+
+// A running estimate of a cost (the rounds' and draft steps' seconds) given a new sample: the
+// first sample; a sample below half the estimate replaces it (the first carried a one-time cost:
+// a CUDA graph's capture, a warm-up); one above twice the estimate is such a cost and is left
+// out, unless three come in a row (the cost itself rose: a deeper context, a busier batch), the
+// third of which replaces it; the rest move it by a quarter. n_high: the samples above twice the
+// estimate in a row so far.
+void blend_cost(double& estimate, int& n_high, double sample);
 
 class Speculation {
  public:
-  // `history` (prompt + emitted tokens, what the penalties look at) and `rng` must outlive it.
-  Speculation(const GenerateRequest& request, Rng& rng, const std::vector<int32_t>& history);
+  // `history` (prompt + emitted tokens, what the penalties look at), `rng` and `costs` (the
+  // caller's, kept across its requests: greedy and sampled ones apart) must outlive it.
+  Speculation(const GenerateRequest& request, Rng& rng, const std::vector<int32_t>& history,
+              DraftCosts& costs);
   // A token from `row` as this request draws it (greedy, or sampled with the next coin).
   int32_t choose(std::span<const float> row);
   // Drafts to ask for at the root's position `cur` (0: none this time: paused, or no room); at
@@ -126,10 +137,10 @@ class Speculation {
   bool probe_ = false;  // the round after a pause drafts whatever plain steps cost
   int cost_pause_len_ = 8;  // the next pause when plain steps are worth more than any round
   int root_row_ = -1;
-  // The cost model of best_draft_len: round seconds by draft count (index 0: a plain step; 0 =
-  // not measured), a draft step's seconds, and decayed counts of accepted and rejected drafts.
-  std::vector<double> round_s_;
-  double draft_s_ = 0.0, n_hit_ = 0.0, n_miss_ = 0.0;
+  // The cost model of best_draft_len: the caller's costs, and this request's decayed counts of
+  // accepted and rejected drafts.
+  DraftCosts& costs_;
+  double n_hit_ = 0.0, n_miss_ = 0.0;
   std::vector<BatchRow> rows_;
   std::vector<std::optional<int32_t>> picks_;  // greedy: sample_batch's picks of the round's rows
   std::vector<int32_t> ext_;                   // greedy: history + drafts (the rows' penalty windows)

@@ -219,7 +219,8 @@ void Scheduler::start(Slot& slot) {
   slot.rng.emplace(resolve_seed(request.sampling.seed));
   if (request.drafter != nullptr && request.draft_max > 0 && !request.constraint &&
       request.top_logprobs < 0) {
-    slot.spec.emplace(request, *slot.rng, slot.history);
+    slot.spec.emplace(request, *slot.rng, slot.history,
+                      draft_costs_[request.sampling.temperature > 0.0f ? 1 : 0]);
   }
   slot.first = true;
   slot.pending = -1;

@@ -158,6 +158,7 @@ class Scheduler {
   std::vector<SlotInfo> info_;   // guarded by mu_
   SchedulerStats stats_;         // guarded by mu_
   SchedulerTimes times_;         // the scheduler thread's; published into stats_.time
+  DraftCosts draft_costs_[2];    // the speculative rounds' costs, greedy and sampled (its thread's)
   bool stop_ = false;            // guarded by mu_
   uint64_t next_task_ = 1;       // guarded by mu_
   uint64_t clock_ = 0;           // the scheduler thread's: LRU stamps

@@ -191,6 +191,32 @@ TEST(Speculative, DraftMinAsksForAtLeastAndDropsShorterDrafts) {
   EXPECT_EQ(kept.result.truncate_seconds, 0.0);  // nothing rejected
 }
 
+// The cost estimates the draft length is chosen by: a first sample inflated by a one-time cost (a
+// graph capture) gives way to the next, one spike is left out, a cost that really rose is taken
+// after three samples in a row.
+TEST(Speculative, CostEstimatesSkipOneTimeSpikes) {
+  double est = 0.0;
+  int high = 0;
+  blend_cost(est, high, 40e-3);  // the first round, with a capture
+  EXPECT_DOUBLE_EQ(est, 40e-3);
+  blend_cost(est, high, 5e-3);  // below half: replaces it
+  EXPECT_DOUBLE_EQ(est, 5e-3);
+  blend_cost(est, high, 6e-3);  // within 2x: a quarter of the way
+  EXPECT_DOUBLE_EQ(est, 0.75 * 5e-3 + 0.25 * 6e-3);
+  const double settled = est;
+  blend_cost(est, high, 50e-3);  // a spike: left out
+  EXPECT_DOUBLE_EQ(est, settled);
+  blend_cost(est, high, 5e-3);  // back to normal: the spike count starts again
+  EXPECT_DOUBLE_EQ(est, 0.75 * settled + 0.25 * 5e-3);
+  const double before = est;
+  blend_cost(est, high, 20e-3);
+  blend_cost(est, high, 21e-3);
+  EXPECT_DOUBLE_EQ(est, before);  // two high samples: still left out
+  blend_cost(est, high, 22e-3);
+  EXPECT_DOUBLE_EQ(est, 22e-3);  // the third in a row: the cost rose
+  EXPECT_EQ(high, 0);
+}
+
 // The draft length's cost model (best_draft_len) on the costs that matter: a verification whose
 // price steps up at 9 rows (CUDA's rows pass, 12B on the H200: 7 drafts 5.26 ms a round, 8 drafts
 // 6.76 ms, a draft step 0.2 ms, a plain step 2.87 ms), costs that grow evenly, a poor drafter and
@@ -201,44 +227,56 @@ TEST(Speculative, DraftLengthMaximisesTokensPerSecond) {
   step[0] = plain;
   for (int k = 1; k <= 7; ++k) step[k] = 4.3e-3 + 0.13e-3 * k;  // 5.21 ms at 7
   step[8] = 6.76e-3;
+  const std::vector<int> two(9, 2);  // samples a length has: two = explored
   // Every draft right: the ninth row costs more than its token is worth.
-  EXPECT_EQ(best_draft_len(step, draft, 1.0, 1, 8, true), 7);
+  EXPECT_EQ(best_draft_len(step, two, draft, 1.0, 1, 8, true), 7);
   // Without the step, the longest draft wins.
   std::vector<double> even = step;
   even[8] = 4.3e-3 + 0.13e-3 * 8;
-  EXPECT_EQ(best_draft_len(even, draft, 1.0, 1, 8, true), 8);
+  EXPECT_EQ(best_draft_len(even, two, draft, 1.0, 1, 8, true), 8);
   // A cap below the step is kept.
-  EXPECT_EQ(best_draft_len(step, draft, 1.0, 1, 5, true), 5);
+  EXPECT_EQ(best_draft_len(step, two, draft, 1.0, 1, 5, true), 5);
   // Acceptance 0.7: 1 + .7 + ... + .7^k tokens; a few drafts are worth most.
-  const int mid = best_draft_len(step, draft, 0.7, 1, 8, true);
+  const int mid = best_draft_len(step, two, draft, 0.7, 1, 8, true);
   EXPECT_GE(mid, 2);
   EXPECT_LE(mid, 5);
   // Acceptance 0.3: no round yields 1.43 tokens in less than 1.43 plain steps: plain steps.
-  EXPECT_EQ(best_draft_len(step, draft, 0.3, 1, 8, true), 0);
+  EXPECT_EQ(best_draft_len(step, two, draft, 0.3, 1, 8, true), 0);
   // ... unless plain steps are not an option now (a probe after a pause): the cheapest round.
-  EXPECT_EQ(best_draft_len(step, draft, 0.3, 1, 8, false), 1);
+  EXPECT_EQ(best_draft_len(step, two, draft, 0.3, 1, 8, false), 1);
   // draft_min bounds the lengths from below.
-  EXPECT_EQ(best_draft_len(step, draft, 0.3, 3, 8, true), 0);
-  EXPECT_EQ(best_draft_len(step, draft, 0.3, 3, 8, false), 3);
-  // Exploration: the cap first while it is not measured, then the next one below the best.
+  EXPECT_EQ(best_draft_len(step, two, draft, 0.3, 3, 8, true), 0);
+  EXPECT_EQ(best_draft_len(step, two, draft, 0.3, 3, 8, false), 3);
+  // Exploration: the cap first until it has two samples (the first may carry a graph capture),
+  // then the next one below the best until that one has.
   std::vector<double> fresh(9, 0.0);
-  EXPECT_EQ(best_draft_len(fresh, draft, 0.5, 1, 8, true), 8);
-  fresh[8] = step[8];
-  EXPECT_EQ(best_draft_len(fresh, draft, 1.0, 1, 8, true), 7);
+  std::vector<int> n(9, 0);
+  EXPECT_EQ(best_draft_len(fresh, n, draft, 0.5, 1, 8, true), 8);
+  fresh[8] = 40e-3;  // one sample, with a capture in it
+  n[8] = 1;
+  EXPECT_EQ(best_draft_len(fresh, n, draft, 1.0, 1, 8, true), 8);
+  fresh[8] = step[8];  // the second replaced it
+  n[8] = 2;
+  EXPECT_EQ(best_draft_len(fresh, n, draft, 1.0, 1, 8, true), 7);
+  fresh[7] = 40e-3;
+  n[7] = 1;
+  EXPECT_EQ(best_draft_len(fresh, n, draft, 1.0, 1, 8, true), 7);  // 8 is best; 7 once only
   fresh[7] = step[7];
-  EXPECT_EQ(best_draft_len(fresh, draft, 1.0, 1, 8, true), 6);  // 7 is best; is 6 better still?
+  n[7] = 2;
+  EXPECT_EQ(best_draft_len(fresh, n, draft, 1.0, 1, 8, true), 6);  // 7 is best; is 6 better still?
   fresh[6] = step[6];
-  EXPECT_EQ(best_draft_len(fresh, draft, 1.0, 1, 8, true), 7);  // no: settled
+  n[6] = 2;
+  EXPECT_EQ(best_draft_len(fresh, n, draft, 1.0, 1, 8, true), 7);  // no: settled
   // From the shortest length, plain steps are the next candidate.
   std::vector<double> low(9, 0.0);
   low[2] = step[2];
-  EXPECT_EQ(best_draft_len(low, draft, 0.9, 1, 2, true), 1);  // 2 is best, 1 unmeasured
+  EXPECT_EQ(best_draft_len(low, two, draft, 0.9, 1, 2, true), 1);  // 2 is best, 1 unmeasured
   low[1] = step[1];
-  EXPECT_EQ(best_draft_len(low, draft, 0.0, 1, 2, true), 0);   // 1 is best: try a plain step
-  EXPECT_EQ(best_draft_len(low, draft, 0.0, 1, 2, false), 1);  // not now
+  EXPECT_EQ(best_draft_len(low, two, draft, 0.0, 1, 2, true), 0);   // 1 is best: try a plain step
+  EXPECT_EQ(best_draft_len(low, two, draft, 0.0, 1, 2, false), 1);  // not now
   // A cap below draft_min (the end of max_tokens or the context) passes through.
-  EXPECT_EQ(best_draft_len(step, draft, 1.0, 4, 2, true), 2);
-  EXPECT_EQ(best_draft_len(step, draft, 1.0, 4, 0, true), 0);
+  EXPECT_EQ(best_draft_len(step, two, draft, 1.0, 4, 2, true), 2);
+  EXPECT_EQ(best_draft_len(step, two, draft, 1.0, 4, 0, true), 0);
 }
 
 // A drafter that is always right but slow (30 ms a drafted token, ten times a plain step of the
@@ -272,14 +310,21 @@ TEST(Speculative, SlowDrafterGivesWayToPlainSteps) {
   truth.insert(truth.end(), plain.tokens.begin(), plain.tokens.end());
   SlowDrafter slow(truth);
   auto e = cpu_engine(128);
-  const Output out = run_request(*e, drafting_request(prompt, max_tokens, &slow, 4));
-  EXPECT_EQ(out.tokens, plain.tokens);
-  EXPECT_EQ(out.result.n_draft_accepted, out.result.n_drafted);
-  // Lengths 4, 3, 2, 1 measured, then a plain step, then plain steps between probes of one draft
-  // (pauses of 8, 16, 32, ... tokens): drafting every round (the length capped only by
-  // acceptance) would draft about 64 tokens.
-  EXPECT_LE(out.result.n_drafted, 4 + 3 + 2 + 1 + 5) << "asked " << slow.asked.size() << " times";
+  const Output first = run_request(*e, drafting_request(prompt, max_tokens, &slow, 4));
+  EXPECT_EQ(first.tokens, plain.tokens);
+  EXPECT_EQ(first.result.n_draft_accepted, first.result.n_drafted);
+  // Lengths 4, 3, 2, 1 measured (twice each at most), then plain steps, then plain steps between
+  // probes of one draft (pauses of 8, 16, 32, ... tokens): drafting every round (the length
+  // capped only by acceptance) would draft about 64 tokens.
+  EXPECT_LE(first.result.n_drafted, 2 * (4 + 3 + 2 + 1) + 5)
+      << "asked " << slow.asked.size() << " times";
   EXPECT_GE(slow.asked.size(), 5u);
+  // The engine keeps the costs for its next request: no lengths to measure again, so that one
+  // drafts at its probes only (one draft each).
+  const Output second = run_request(*e, drafting_request(prompt, max_tokens, &slow, 4));
+  EXPECT_EQ(second.tokens, plain.tokens);
+  EXPECT_LT(second.result.n_drafted, first.result.n_drafted);
+  EXPECT_LE(second.result.n_drafted, 8);
 }
 
 // A second request that extends the first one's history reuses the cache the speculative rounds
