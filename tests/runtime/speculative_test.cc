@@ -279,9 +279,10 @@ TEST(Speculative, DraftLengthMaximisesTokensPerSecond) {
   EXPECT_EQ(best_draft_len(step, two, draft, 1.0, 4, 0, true), 0);
 }
 
-// A drafter that is always right but slow (30 ms a drafted token, ten times a plain step of the
-// tiny model here): the rounds measure it, and generation goes on mostly in plain steps, with an
-// occasional probe; the output is plain greedy's.
+// A drafter that is always right but slow (150 ms a drafted token: some fifty plain steps of the
+// tiny model on an idle machine, and still several when CI's parallel tests slow those steps ten
+// times over, as they did to 30 ms): the rounds measure it, and generation goes on mostly in plain
+// steps, with an occasional probe; the output is plain greedy's.
 class SlowDrafter : public DraftSource {
  public:
   explicit SlowDrafter(std::vector<int32_t> truth) : truth_(std::move(truth)) {}
@@ -291,7 +292,7 @@ class SlowDrafter : public DraftSource {
     for (int i = 0; i < k && pos + 1 + i < static_cast<int>(truth_.size()); ++i) {
       out.push_back(truth_[pos + 1 + i]);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30 * static_cast<int>(out.size())));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 * static_cast<int>(out.size())));
     return out;
   }
   std::vector<int> asked;
