@@ -275,7 +275,29 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
 
   // Each thread's fragment offsets in a stage (the swizzles above; g is its rows' and its B
   // tokens' index mod 8): class c = w + kW·ci.
+  // Its fragments' offsets in a stage, computed once (the swizzles above; g is its rows' and its
+  // B tokens' index mod 8). Class c = w + kW·ci: c % 8 = w % 8 and c % 4 = w % 4 for both, so the
+  // second class's quants and q8 are the first's plus a constant (c / 8 + 2 and c / 4 + 4 strips),
+  // its (d, d·Σq) one strip on (c / 16 = ci, c % 16 = w); its scales' piece (c / 8) ^ (g / 2)
+  // differs by more than a constant.
+  const int x0 = kMats * (kWq + kWd);  // the stage's q8, then (d, d·Σq), after the weights
+  const int off_a0 = g * kLine + 4 * q +
+                     (kQ8 ? (w >> 2) * kR * kLine + ((((w & 3) << 1) ^ g) << 4)
+                          : (w >> 3) * kR * kLine + (((w & 7) ^ g) << 4));
+  const int off_a1 = kQ8 ? off_a0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4) : 0;
+  constexpr int kASecond = (kQ8 ? 4 : 2) * kR * kLine;  // the second class's quants
+  int off_d[kCI];
+#pragma unroll
+  for (int ci = 0; ci < kCI; ++ci) {
+    off_d[ci] = kMats * kWq + g * 64 + (((((w >> 3) + 2 * ci) ^ (g >> 1)) & 3) << 4) + (w & 7) * 2;
+  }
+  const int off_b0 = x0 + (w >> 2) * kT * kLine + g * kLine + 4 * q + ((((w & 3) << 1) ^ g) << 4);
+  const int off_b1 = off_b0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4);
+  constexpr int kBSecond = 4 * kT * kLine;
   const int xd_tok = 2 * q;  // its (d, d·Σq) tokens 8j + 2q and 8j + 2q + 1
+  const int off_s0 = x0 + kXq + xd_tok * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ xd_tok) << 4);
+  const int off_s1 = x0 + kXq + (xd_tok + 1) * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ (xd_tok + 1)) << 4);
+  constexpr int kSSecond = kT * kLine;
   float acc[kMats][kMT][kCI][kNT][4] = {};
   for (int it = 0; it < total; ++it) {
     // Step it − 1 read by all: its stage takes step it + kStages − 1 (armed by thread 0 at the
@@ -294,39 +316,30 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
     const unsigned char* sw = smem + st * kStage;
 #pragma unroll
     for (int ci = 0; ci < kCI; ++ci) {
-      const int c = w + kW * ci;
-      if (ch * kChunk + c >= nb) break;  // the last chunk's missing blocks (uniform per warp)
+      if (ch * kChunk + w + kW * ci >= nb) break;  // the last chunk's missing blocks (uniform per warp)
       uint32_t af[kMats][kMT][4];
       float dw[kMats][kMT][2];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        const unsigned char* wq = sw + m * kWq + g * kLine;
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
+          const int rows = m * kWq + ci * kASecond + 16 * mt * kLine;
           if constexpr (kQ8) {
-            // Block c: strip c / 4, pieces 2(c % 4) and 2(c % 4) + 1 of the row.
-            const unsigned char* r0 = wq + (c >> 2) * kR * kLine + 16 * mt * kLine + 4 * q;
-            const int p0 = (((c & 3) << 1) ^ g) << 4, p1 = ((((c & 3) << 1) | 1) ^ g) << 4;
-            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(r0 + p0);
-            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(r0 + 8 * kLine + p0);
-            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(r0 + p1);
-            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(r0 + 8 * kLine + p1);
+            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows);
+            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows + 8 * kLine);
+            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(sw + off_a1 + rows);
+            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(sw + off_a1 + rows + 8 * kLine);
           } else {
-            // Block c: strip c / 8, piece c % 8. Byte j of a block holds weight j (low nibble)
-            // and j + 16 (high nibble).
-            const unsigned char* r0 =
-                wq + (c >> 3) * kR * kLine + 16 * mt * kLine + (((c & 7) ^ g) << 4) + 4 * q;
-            const uint32_t lo = *reinterpret_cast<const uint32_t*>(r0);
-            const uint32_t hi = *reinterpret_cast<const uint32_t*>(r0 + 8 * kLine);
+            // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
+            const uint32_t lo = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows);
+            const uint32_t hi = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows + 8 * kLine);
             af[m][mt][0] = lo & 0x0F0F0F0Fu;
             af[m][mt][1] = hi & 0x0F0F0F0Fu;
             af[m][mt][2] = (lo >> 4) & 0x0F0F0F0Fu;
             af[m][mt][3] = (hi >> 4) & 0x0F0F0F0Fu;
           }
-          // Scale c of rows 16mt + g and + 8 (64-byte rows: piece c / 8 at (c / 8) ^ (g / 2 % 4)).
-          const __half* wd = reinterpret_cast<const __half*>(
-              sw + kMats * kWq + m * kWd + (16 * mt + g) * 64 + ((((c >> 3) ^ (g >> 1)) & 3) << 4) +
-              (c & 7) * 2);
+          // Scales of rows 16mt + g and + 8.
+          const __half* wd = reinterpret_cast<const __half*>(sw + off_d[ci] + m * kWd + 16 * mt * 64);
           dw[m][mt][0] = __half2float(wd[0]);
           dw[m][mt][1] = __half2float(wd[8 * 32]);
         }
@@ -334,16 +347,12 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         if (8 * j >= nt) break;
-        // Token 8j + g's q8 block c: strip c / 4, pieces 2(c % 4) and + 1.
-        const unsigned char* xq = sw + kMats * (kWq + kWd) + (c >> 2) * kT * kLine + (8 * j + g) * kLine + 4 * q;
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xq + ((((c & 3) << 1) ^ g) << 4));
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xq + (((((c & 3) << 1) | 1) ^ g) << 4));
-        // Tokens 8j + 2q (+ 1)'s (d, d·Σq) of block c: strip c / 16, piece (c % 16) / 2.
-        const unsigned char* xd = sw + kMats * (kWq + kWd) + kXq + (c >> 4) * kT * kLine +
-                                  (8 * j + xd_tok) * kLine + (c & 1) * 8;
-        const float2 ds0 = *reinterpret_cast<const float2*>(xd + ((((c & 15) >> 1) ^ xd_tok) << 4));
-        const float2 ds1 =
-            *reinterpret_cast<const float2*>(xd + kLine + ((((c & 15) >> 1) ^ (xd_tok + 1)) << 4));
+        const int tok = ci * kBSecond + 8 * j * kLine;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(sw + off_b0 + tok);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(sw + off_b1 + tok);
+        const int dtok = ci * kSSecond + 8 * j * kLine;
+        const float2 ds0 = *reinterpret_cast<const float2*>(sw + off_s0 + dtok);
+        const float2 ds1 = *reinterpret_cast<const float2*>(sw + off_s1 + dtok);
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
