@@ -89,6 +89,7 @@ struct DraftCosts {
   std::vector<int> n_samples;  // rounds measured, by draft count
   std::vector<int> n_high;     // samples in a row above twice the estimate, by draft count
   double draft_s = 0.0;
+  int draft_n = 0;     // draft steps measured
   int draft_high = 0;
 };
 

@@ -99,9 +99,12 @@ bool emit_token(int32_t token, bool eog, int n_ctx, const GenerateRequest& reque
 
 namespace gem::runtime {
 
-void blend_cost(double& estimate, int& n_high, double sample) {
-  if (estimate <= 0.0 || sample < 0.5 * estimate) {
+void blend_cost(double& estimate, int& n_high, int& n_samples, double sample) {
+  if (n_samples == 0 || estimate <= 0.0 || sample < 0.5 * estimate) {
     estimate = sample;
+    n_high = 0;
+  } else if (n_samples == 1) {
+    estimate = std::min(estimate, sample);
     n_high = 0;
   } else if (sample <= 2.0 * estimate) {
     estimate = 0.75 * estimate + 0.25 * sample;
@@ -110,6 +113,7 @@ void blend_cost(double& estimate, int& n_high, double sample) {
     estimate = sample;
     n_high = 0;
   }
+  ++n_samples;
 }
 
 int best_draft_len(std::span<const double> round_s, std::span<const int> n_samples, double draft_s,
@@ -156,8 +160,7 @@ Speculation::Speculation(const GenerateRequest& request, Rng& rng,
 
 void Speculation::note_plain_step(double seconds) {
   if (seconds > 0.0) {
-    blend_cost(costs_.round_s[0], costs_.n_high[0], seconds);
-    ++costs_.n_samples[0];
+    blend_cost(costs_.round_s[0], costs_.n_high[0], costs_.n_samples[0], seconds);
   }
 }
 
@@ -235,7 +238,7 @@ std::vector<int32_t> Speculation::propose(int32_t root, int cur, int n_ctx,
   if (!drafts.empty()) {
     const double s = timer.seconds();
     result.draft_seconds += s;
-    blend_cost(costs_.draft_s, costs_.draft_high, s / static_cast<double>(drafts.size()));
+    blend_cost(costs_.draft_s, costs_.draft_high, costs_.draft_n, s / static_cast<double>(drafts.size()));
   }
   return drafts;
 }
@@ -301,9 +304,8 @@ Status Speculation::round(Backend& backend, int slot, int32_t root, int cur,
   n_hit_ = 0.875 * n_hit_ + accepted;
   n_miss_ = 0.875 * n_miss_ + (accepted < n_drafts ? 1.0 : 0.0);
   if (static_cast<size_t>(n_drafts) < costs_.round_s.size()) {
-    blend_cost(costs_.round_s[static_cast<size_t>(n_drafts)], costs_.n_high[static_cast<size_t>(n_drafts)],
-          whole.seconds());
-    ++costs_.n_samples[static_cast<size_t>(n_drafts)];
+    const auto k = static_cast<size_t>(n_drafts);
+    blend_cost(costs_.round_s[k], costs_.n_high[k], costs_.n_samples[k], whole.seconds());
   }
   *next = bonus;
   root_row_ = accepted;

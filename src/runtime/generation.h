@@ -87,13 +87,15 @@ namespace gem::runtime {
 int best_draft_len(std::span<const double> round_s, std::span<const int> n_samples, double draft_s,
                    double alpha, int k_lo, int k_hi, bool allow_plain);
 
-// A running estimate of a cost (the rounds' and draft steps' seconds) given a new sample: the
-// first sample; a sample below half the estimate replaces it (the first carried a one-time cost:
-// a CUDA graph's capture, a warm-up); one above twice the estimate is such a cost and is left
-// out, unless three come in a row (the cost itself rose: a deeper context, a busier batch), the
-// third of which replaces it; the rest move it by a quarter. n_high: the samples above twice the
-// estimate in a row so far.
-void blend_cost(double& estimate, int& n_high, double sample);
+// A running estimate of a cost (the rounds' and draft steps' seconds) given a new sample and the
+// samples taken so far (n_samples, counted here): the first sample; the second if lower (the first
+// may carry a one-time cost, a CUDA graph's capture or a warm-up, of any size, and averaged in it
+// would make its length look worse than it is for many rounds, past the exploration that picks
+// the length); later, a sample below half the estimate replaces it, one above twice the
+// estimate is left out unless three come in a row (the cost itself rose: a deeper context, a
+// busier batch), the third of which replaces it, and the rest move it by a quarter. n_high: the
+// samples above twice the estimate in a row so far.
+void blend_cost(double& estimate, int& n_high, int& n_samples, double sample);
 
 class Speculation {
  public:
