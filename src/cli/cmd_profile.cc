@@ -30,6 +30,7 @@ struct ProfileArgs {
   int n_samples = 10;
   std::string rows = "1";
   std::string parallel;  // batched decode steps: B sequences, one row each
+  std::string verify;    // verifications: N rows of one sequence, every row's logits
   std::string sweep;
   bool json = false;
   std::string json_file;
@@ -47,9 +48,13 @@ double gbps(uint64_t bytes, double seconds) {
 double pct(double part, double whole) { return whole > 0.0 ? 100.0 * part / whole : 0.0; }
 
 std::string pass_title(const runtime::PassProfile& p) {
-  if (p.batch) {
+  if (p.shape == runtime::PassShape::kBatch) {
     return strprintf("batched decode step: %d sequences, one row each at depth %d", p.rows,
                      p.depth);
+  }
+  if (p.shape == runtime::PassShape::kVerify) {
+    return strprintf("verification: %d rows of one sequence at depths %d..%d, every row's logits",
+                     p.rows, p.depth, p.depth + p.rows - 1);
   }
   return p.rows == 1 ? strprintf("decode step: 1 row at depth %d", p.depth)
                      : strprintf("prompt tile: %d rows at depth %d", p.rows, p.depth);
@@ -73,7 +78,8 @@ nlohmann::json pass_json(const runtime::PassProfile& p) {
   nlohmann::json stages = nlohmann::json::array();
   for (const runtime::StageRow& r : p.stages) stages.push_back(stage_json(r, p.stages_mean_s));
   return {{"rows", p.rows},
-          {"batch", p.batch},
+          {"shape", std::string(runtime::shape_name(p.shape))},
+          {"batch", p.shape == runtime::PassShape::kBatch},
           {"depth", p.depth},
           {"samples", p.n_samples},
           {"stages", stages},
@@ -159,7 +165,7 @@ void print_sweep(const std::vector<runtime::AttentionPoint>& points) {
 
 int run_profile(const ProfileArgs& a) {
   const char* cmd = "profile";
-  std::vector<int> rows, batch, sweep;
+  std::vector<int> rows, batch, verify, sweep;
   if (!a.sweep.empty()) {
     auto s = parse_int_list("--attention-sweep", a.sweep, 0);
     if (!s.ok()) return fail(cmd, s.message());
@@ -175,8 +181,15 @@ int run_profile(const ProfileArgs& a) {
       if (!p.ok()) return fail(cmd, p.message());
       batch = *p;
     }
+    if (!a.verify.empty()) {
+      auto v = parse_int_list("--verify", a.verify, 1);
+      if (!v.ok()) return fail(cmd, v.message());
+      verify = *v;
+    }
   }
-  const int max_rows = rows.empty() ? 1 : *std::max_element(rows.begin(), rows.end());
+  const int max_tile = rows.empty() ? 1 : *std::max_element(rows.begin(), rows.end());
+  const int max_rows =
+      std::max(max_tile, verify.empty() ? 1 : *std::max_element(verify.begin(), verify.end()));
   const int max_depth = sweep.empty() ? a.depth : *std::max_element(sweep.begin(), sweep.end());
   const int need_ctx = max_depth + max_rows;
   BackendFlags bf = a.backend;
@@ -187,10 +200,10 @@ int run_profile(const ProfileArgs& a) {
     return fail(cmd, strprintf("-c %d is smaller than the depth %d + %d rows", bf.n_ctx, max_depth,
                                max_rows));
   }
-  bf.n_tile = a.tile > 0 ? a.tile : std::max(512, max_rows);
-  if (bf.n_tile < max_rows) {
+  bf.n_tile = a.tile > 0 ? a.tile : std::max(512, max_tile);
+  if (bf.n_tile < max_tile) {
     return fail(cmd, strprintf("--tile %d is smaller than --rows %d (a pass is one tile)",
-                               bf.n_tile, max_rows));
+                               bf.n_tile, max_tile));
   }
 
   auto loaded = model::load_model(a.model);
@@ -222,6 +235,7 @@ int run_profile(const ProfileArgs& a) {
     o.depth = a.depth;
     o.rows = rows;
     o.batch = batch;
+    o.verify = verify;
     o.n_samples = a.n_samples;
     o.sample = !a.no_sample;
     auto r = runtime::profile_stages(b, m, o, profiler);
@@ -267,19 +281,26 @@ RunFn setup_profile(CLI::App& sub) {
       ->check(CLI::Range(1, 1000000));
   auto* rows = sub.add_option("--rows", a->rows,
                               "pass shapes, comma-separated: 1 = a decode step, N = a prompt tile "
-                              "of N rows (e.g. 1,512); empty with --parallel: none");
+                              "of N rows (e.g. 1,512); empty with --parallel or --verify: none");
   auto* parallel = sub.add_option(
       "--parallel", a->parallel,
       "batched decode steps, comma-separated: B sequences (slots) at the depth, one row each, "
       "every row's logits (gem bench --parallel's step; e.g. 8,32)");
+  auto* verify = sub.add_option(
+      "--verify", a->verify,
+      "speculative verifications, comma-separated: N rows of one sequence at consecutive "
+      "positions from the depth, every row's logits (a round's check of N-1 drafts; e.g. 8)");
   sub.add_option("--attention-sweep", a->sweep,
                  "only attention of a decode step, at each of these depths (comma-separated)")
       ->excludes(depth)
       ->excludes(rows)
-      ->excludes(parallel);
+      ->excludes(parallel)
+      ->excludes(verify);
   sub.add_flag("--json", a->json, "JSON instead of the tables");
   sub.add_option("--json-file", a->json_file, "also write the JSON to this file");
-  sub.add_flag("--no-sample", a->no_sample, "do not time picking the tokens of a decode step (or of every row of a batched one)");
+  sub.add_flag("--no-sample", a->no_sample,
+               "do not time picking the tokens of a decode step (or of every row of a batched "
+               "step or a verification)");
   sub.add_option("--timing", a->timing,
                  "how the backend times its stages: auto, or on CUDA graph-side (events beside "
                  "the decode graph's chain, the default), graph-inline (events in it) or eager")
@@ -301,8 +322,8 @@ RunFn setup_profile(CLI::App& sub) {
 }
 
 GEM_COMMAND(profile,
-            "Time each stage of a decode step, a prompt tile or a batched decode step (per layer "
-            "kind, bytes/s)",
+            "Time each stage of a decode step, a prompt tile, a batched decode step or a "
+            "speculative verification (per layer kind, bytes/s)",
             setup_profile);
 
 }  // namespace

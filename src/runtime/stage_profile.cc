@@ -37,7 +37,8 @@ int layers_in(const model::Model& m, StageScope scope) {
 
 // The bytes of one layer's stage (f32 activations: 4 bytes a value).
 StageBytes layer_stage_bytes(const model::Model& m, model::KvType kv, Stage stage, int layer,
-                             int rows, int depth, bool batch) {
+                             int rows, int depth, PassShape shape) {
+  const bool batch = shape == PassShape::kBatch;
   const model::LayerPlan& p = m.plan[layer];
   const model::LayerWeights& w = m.weights.layers[layer];
   const uint64_t n = rows, e = m.config.n_embd, f = m.config.n_ff;
@@ -71,7 +72,8 @@ StageBytes layer_stage_bytes(const model::Model& m, model::KvType kv, Stage stag
       const uint64_t cached = p.kind == model::AttnKind::kSliding && p.window > 0
                                   ? std::min(depth, p.window - 1)
                                   : depth;
-      // A batch: each of the n sequences reads its own cached keys and its row's key.
+      // A batch: each of the n sequences reads its own cached keys and its row's key; a tile or a
+      // verification: one sequence's keys, the cached ones and its rows'.
       b.kv = (batch ? n * (cached + 1) : cached + n) * 2 * kvw * elem;
       b.activations = 4 * n * 2 * qw;
       break;
@@ -102,7 +104,8 @@ StageBytes layer_stage_bytes(const model::Model& m, model::KvType kv, Stage stag
   return b;
 }
 
-StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows, bool batch) {
+StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows, PassShape shape) {
+  const bool every_row = shape != PassShape::kTile;  // every row's logits
   const uint64_t n = rows, e = m.config.n_embd, v = m.config.n_vocab;
   const model::TensorView& embd = m.weights.token_embd;
   StageBytes b;
@@ -116,10 +119,10 @@ StageBytes global_stage_bytes(const model::Model& m, Stage stage, int rows, bool
       break;
     case Stage::kHead:
       b.weights = embd.n_bytes + m.weights.output_norm.n_bytes;
-      b.activations = 4 * (batch ? n : 1) * (e + v);  // the last row only, or every sequence's
+      b.activations = 4 * (every_row ? n : 1) * (e + v);  // the last row only, or every row's
       break;
     case Stage::kSample:
-      b.activations = 4 * (batch ? n : 1) * v;  // the row sampled, or every sequence's
+      b.activations = 4 * (every_row ? n : 1) * v;  // the row sampled, or every row's
       break;
     default:
       break;
@@ -143,7 +146,7 @@ struct SampleSums {
 // Mean and min over the samples of each (stage, scope) seen in any of them.
 std::vector<StageRow> stage_rows(const model::Model& m, model::KvType kv,
                                  const std::vector<SampleSums>& samples, int rows, int depth,
-                                 bool batch = false) {
+                                 PassShape shape) {
   std::vector<StageRow> out;
   for (int st = 0; st < kStageCount; ++st) {
     for (int sc = 0; sc < kScopeCount; ++sc) {
@@ -160,7 +163,7 @@ std::vector<StageRow> stage_rows(const model::Model& m, model::KvType kv,
         r.min_s = std::min(r.min_s, x.s[st][sc]);
       }
       r.mean_s /= static_cast<double>(samples.size());
-      r.bytes = stage_bytes(m, kv, r.stage, r.scope, rows, depth, batch);
+      r.bytes = stage_bytes(m, kv, r.stage, r.scope, rows, depth, shape);
       out.push_back(r);
     }
   }
@@ -222,17 +225,20 @@ Result<double> plain_pass(Backend& b, std::span<const int32_t> tokens) {
   return timer.seconds();
 }
 
-// A batched decode step: sequence s (slot s) decodes tokens[s] at `depth`, every row's logits;
-// then every slot goes back to the depth. Profiled when `profiler` is set; *wall is the
-// eval_batch's time, as gem bench --parallel times a step. With `sampling` (profiled passes),
-// every row's token is then drawn as the server's scheduler draws it (Backend::sample_batch, the
-// host for the rows it leaves) and timed (Stage::kSample).
-Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageProfiler* profiler,
-                  const SamplingParams* sampling, std::span<const int32_t> history, Rng& rng,
-                  double* wall) {
+// One eval_batch of `shape` kBatch (sequence s, in slot s, decodes tokens[s] at `depth`) or
+// kVerify (slot 0 evaluates tokens[i] at depth + i), every row's logits; then the slots go back
+// to the depth. Profiled when `profiler` is set; *wall is the eval_batch's time, as gem bench
+// --parallel times a step. With `sampling` (profiled passes), every row's token is then drawn as
+// the server's scheduler draws it (Backend::sample_batch, the host for the rows it leaves) and
+// timed (Stage::kSample).
+Status batch_pass(Backend& b, PassShape shape, std::span<const int32_t> tokens, int depth,
+                  StageProfiler* profiler, const SamplingParams* sampling,
+                  std::span<const int32_t> history, Rng& rng, double* wall) {
+  const bool verify = shape == PassShape::kVerify;
   std::vector<BatchRow> rows;
   for (size_t s = 0; s < tokens.size(); ++s) {
-    rows.push_back(BatchRow{static_cast<int32_t>(s), depth, tokens[s], true});
+    const int i = static_cast<int>(s);
+    rows.push_back(BatchRow{verify ? 0 : i, verify ? depth + i : depth, tokens[s], true});
   }
   if (profiler != nullptr) {
     profiler->clear();
@@ -259,7 +265,8 @@ Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageP
     }
     profiler->add(Stage::kSample, -1, t.seconds());
   }
-  for (size_t s = 0; s < tokens.size(); ++s) {
+  const size_t n_slots = verify ? 1 : tokens.size();
+  for (size_t s = 0; s < n_slots; ++s) {
     GEM_RETURN_IF_ERROR(b.slot_truncate(static_cast<int>(s), depth));
   }
   return ok_status();
@@ -269,7 +276,7 @@ Status batch_pass(Backend& b, std::span<const int32_t> tokens, int depth, StageP
 // pass whose stage records land in `profiler`, its wall time in *w), and their means, minima and
 // totals.
 template <typename Plain, typename Profiled>
-Result<PassProfile> sample_pass(const model::Model& model, model::KvType kv, int rows, bool batch,
+Result<PassProfile> sample_pass(const model::Model& model, model::KvType kv, int rows, PassShape shape,
                                 int depth, int n_samples, const StageProfiler& profiler,
                                 Plain plain_fn, Profiled profiled_fn) {
   std::vector<SampleSums> sums(n_samples);
@@ -286,11 +293,11 @@ Result<PassProfile> sample_pass(const model::Model& model, model::KvType kv, int
   }
   PassProfile pass;
   pass.rows = rows;
-  pass.batch = batch;
+  pass.shape = shape;
   pass.depth = depth;
   pass.n_samples = static_cast<int>(sums.size());
   pass.profiled_eval_mean_s = profiled_wall_mean;
-  pass.stages = stage_rows(model, kv, sums, rows, depth, batch);
+  pass.stages = stage_rows(model, kv, sums, rows, depth, shape);
   for (const StageRow& r : pass.stages) {
     pass.stages_mean_s += r.mean_s;
     if (r.stage != Stage::kSample) pass.forward_mean_s += r.mean_s;
@@ -323,13 +330,25 @@ std::string_view scope_name(StageScope s) {
   return "?";
 }
 
+std::string_view shape_name(PassShape s) {
+  switch (s) {
+    case PassShape::kTile:
+      return "tile";
+    case PassShape::kBatch:
+      return "batch";
+    case PassShape::kVerify:
+      return "verify";
+  }
+  return "?";
+}
+
 StageBytes stage_bytes(const model::Model& model, model::KvType kv_type, Stage stage,
-                       StageScope scope, int rows, int depth, bool batch) {
-  if (scope == StageScope::kGlobal) return global_stage_bytes(model, stage, rows, batch);
+                       StageScope scope, int rows, int depth, PassShape shape) {
+  if (scope == StageScope::kGlobal) return global_stage_bytes(model, stage, rows, shape);
   StageBytes sum;
   for (int l = 0; l < static_cast<int>(model.plan.size()); ++l) {
     if (scope_of(model, l) != scope) continue;
-    const StageBytes b = layer_stage_bytes(model, kv_type, stage, l, rows, depth, batch);
+    const StageBytes b = layer_stage_bytes(model, kv_type, stage, l, rows, depth, shape);
     sum.weights += b.weights;
     sum.kv += b.kv;
     sum.activations += b.activations;
@@ -349,7 +368,9 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
                                      const ProfileOptions& o, StageProfiler& profiler) {
   if (o.depth < 0) return errorf("profile: depth %d, expected >= 0", o.depth);
   if (o.n_samples < 1) return errorf("profile: %d samples, expected at least 1", o.n_samples);
-  if (o.rows.empty() && o.batch.empty()) return errorf("profile: no pass shape (rows) given");
+  if (o.rows.empty() && o.batch.empty() && o.verify.empty()) {
+    return errorf("profile: no pass shape (rows) given");
+  }
   int max_batch = 0;
   for (int b : o.batch) {
     if (b < 1) return errorf("profile: a batch of %d sequences, expected at least 1", b);
@@ -367,6 +388,13 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
   for (int r : o.rows) {
     if (r < 1) return errorf("profile: a pass of %d rows, expected at least 1", r);
     max_rows = std::max(max_rows, r);
+  }
+  for (int r : o.verify) {
+    if (r < 1) return errorf("profile: a verification of %d rows, expected at least 1", r);
+    if (static_cast<int64_t>(o.depth) + r > backend.options().n_ctx) {
+      return errorf("profile: depth %d + a verification of %d rows exceed the backend's context "
+                    "of %d", o.depth, r, backend.options().n_ctx);
+    }
   }
   const BackendOptions& bo = backend.options();
   if (static_cast<int64_t>(o.depth) + max_rows > bo.n_ctx) {
@@ -405,12 +433,33 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
     if (auto w = plain_pass(backend, tokens); !w.ok()) return w.status();
 
     auto pass = sample_pass(
-        model, bo.kv_type, rows, false, o.depth, o.n_samples, profiler,
+        model, bo.kv_type, rows, PassShape::kTile, o.depth, o.n_samples, profiler,
         [&] { return plain_pass(backend, tokens); },
         [&](double* w) { return profiled_pass(backend, tokens, profiler, sample, history, rng, w); });
     if (!pass.ok()) return pass.status();
     report.passes.push_back(std::move(pass).value());
   }
+  // A kBatch or kVerify shape: a warm-up pass, untimed (the rows pass's graphs, allocations),
+  // profiled and plain; then the samples.
+  auto batched_profile = [&](PassShape shape, const std::vector<int32_t>& tokens,
+                             const SamplingParams* sample) -> Result<PassProfile> {
+    double wall = 0.0;
+    GEM_RETURN_IF_ERROR(
+        batch_pass(backend, shape, tokens, o.depth, &profiler, sample, cached_tail, rng, &wall));
+    GEM_RETURN_IF_ERROR(
+        batch_pass(backend, shape, tokens, o.depth, nullptr, nullptr, cached_tail, rng, &wall));
+    return sample_pass(
+        model, bo.kv_type, static_cast<int>(tokens.size()), shape, o.depth, o.n_samples, profiler,
+        [&]() -> Result<double> {
+          double w = 0.0;
+          GEM_RETURN_IF_ERROR(
+              batch_pass(backend, shape, tokens, o.depth, nullptr, nullptr, cached_tail, rng, &w));
+          return w;
+        },
+        [&](double* w) {
+          return batch_pass(backend, shape, tokens, o.depth, &profiler, sample, cached_tail, rng, w);
+        });
+  };
   if (max_batch > 0) {
     backend.restore();
     for (int s = 1; s < max_batch; ++s) GEM_RETURN_IF_ERROR(backend.slot_fork(0, s));
@@ -418,24 +467,18 @@ Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model
   for (int n_seq : o.batch) {
     const std::vector<int32_t> tokens = synthetic_tokens(o.seed + 1000 + n_seq, n_seq, n_vocab);
     const SamplingParams* sample = o.sample ? &sampling : nullptr;
-    double wall = 0.0;
-    // Warm-up, untimed (the rows pass's graphs, allocations), profiled and plain.
-    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, &profiler, sample, cached_tail, rng, &wall));
-    GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, cached_tail, rng, &wall));
-    auto pass = sample_pass(
-        model, bo.kv_type, n_seq, true, o.depth, o.n_samples, profiler,
-        [&]() -> Result<double> {
-          double w = 0.0;
-          GEM_RETURN_IF_ERROR(batch_pass(backend, tokens, o.depth, nullptr, nullptr, cached_tail, rng, &w));
-          return w;
-        },
-        [&](double* w) {
-          return batch_pass(backend, tokens, o.depth, &profiler, sample, cached_tail, rng, w);
-        });
+    auto pass = batched_profile(PassShape::kBatch, tokens, sample);
     if (!pass.ok()) return pass.status();
     report.passes.push_back(std::move(pass).value());
   }
   for (int s = 1; s < max_batch; ++s) backend.slot_reset(s);
+  if (!o.verify.empty()) backend.restore();
+  for (int n : o.verify) {
+    const std::vector<int32_t> tokens = synthetic_tokens(o.seed + 2000 + n, n, n_vocab);
+    auto pass = batched_profile(PassShape::kVerify, tokens, o.sample ? &sampling : nullptr);
+    if (!pass.ok()) return pass.status();
+    report.passes.push_back(std::move(pass).value());
+  }
   report.method = profiler.method();
   backend.restore();
   return report;
@@ -486,7 +529,7 @@ Result<std::vector<AttentionPoint>> profile_attention(Backend& backend, const mo
     AttentionPoint p;
     p.depth = depth;
     p.n_samples = n_samples;
-    for (const StageRow& r : stage_rows(model, backend.options().kv_type, sums, 1, depth)) {
+    for (const StageRow& r : stage_rows(model, backend.options().kv_type, sums, 1, depth, PassShape::kTile)) {
       p.forward_mean_s += r.mean_s;
       if (r.stage != Stage::kAttention) continue;
       if (r.scope == StageScope::kSliding) p.sliding = r;

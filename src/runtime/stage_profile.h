@@ -30,12 +30,18 @@ struct StageBytes {
   uint64_t total() const { return weights + kv + activations; }
 };
 
+// What a pass evaluates. kTile: `rows` rows of one sequence from cache depth `depth` (a decode
+// step when rows = 1, else a prompt tile), the last row's logits. kBatch: a batched decode step,
+// `rows` sequences (slots) with one row each at `depth`, every row's logits (Backend::eval_batch,
+// gem bench --parallel's step). kVerify: a speculative round's verification, `rows` rows of one
+// sequence at positions depth .. depth + rows - 1 through Backend::eval_batch, every row's logits.
+enum class PassShape { kTile, kBatch, kVerify };
+std::string_view shape_name(PassShape s);  // "tile", "batch", "verify"
+
 // The bytes of `stage` over the layers of `scope` (kGlobal: the stages outside the layers) for a
-// pass of `rows` rows whose first row sits at cache depth `depth`, logits for the last row only;
-// with `batch`, a batched decode step: `rows` sequences, one row each at `depth`, every row's
-// logits.
+// pass of `rows` rows of `shape` whose first row sits at cache depth `depth`.
 StageBytes stage_bytes(const model::Model& model, model::KvType kv_type, Stage stage,
-                       StageScope scope, int rows, int depth, bool batch = false);
+                       StageScope scope, int rows, int depth, PassShape shape = PassShape::kTile);
 
 // One stage of one scope: time per pass over the samples, and its bytes.
 struct StageRow {
@@ -50,7 +56,7 @@ struct StageRow {
 // The profile of one pass shape.
 struct PassProfile {
   int rows = 1;
-  bool batch = false;  // rows sequences decoded together (eval_batch), not one sequence's rows
+  PassShape shape = PassShape::kTile;
   int depth = 0;
   int n_samples = 0;
   std::vector<StageRow> stages;       // stage order, then sliding, full, global
@@ -68,9 +74,12 @@ struct ProfileOptions {
   // Batched decode steps (eval_batch): B sequences at the depth, one row each; the backend needs
   // B slots. Profiled after the rows shapes.
   std::vector<int> batch;
+  // Verifications (PassShape::kVerify): N rows of slot 0 from the depth, as a speculative round
+  // verifies N - 1 drafts; the slot is truncated back to the depth after each. Profiled last.
+  std::vector<int> verify;
   int n_samples = 10;        // timed samples per shape (each also timed plain)
-  // Decode steps: time picking the token (the model's recommended sampling); batched steps: every
-  // row's, as the server draws them (Backend::sample_batch, then the host).
+  // Decode steps: time picking the token (the model's recommended sampling); batched steps and
+  // verifications: every row's, as the server draws them (Backend::sample_batch, then the host).
   bool sample = true;
   uint32_t seed = 42;        // synthetic tokens
 };
@@ -85,7 +94,7 @@ std::vector<int32_t> synthetic_tokens(uint32_t seed, int n, int n_vocab);
 
 // Resets the cache, evaluates synthetic_tokens(options.seed, depth) and checkpoints; profiles
 // every shape from there. A batched shape copies slot 0 into slots 1..B-1 (slot_fork) and, after
-// each sample, truncates every slot back to the depth. On return profiling is off and the cache
+// each sample, truncates every slot back to the depth; a verification truncates slot 0. On return profiling is off and the cache
 // is restored: n_past() == depth, holding those tokens, the other slots empty. The backend's n_ctx must hold depth + the largest shape, and its
 // n_tile the largest shape (one tile per pass).
 Result<ProfileReport> profile_stages(Backend& backend, const model::Model& model,

@@ -60,7 +60,7 @@ void check_stages(const runtime::PassProfile& p) {
   SCOPED_TRACE("rows " + std::to_string(p.rows));
   std::vector<std::string> want = {"qkv",      "rope",        "attention", "attn_out",
                                    "epilogue", "ffn_gate_up", "gelu",      "ffn_down"};
-  if (p.rows > 1 && !p.batch) want.push_back("kv_write");
+  if (p.rows > 1 && p.shape == runtime::PassShape::kTile) want.push_back("kv_write");
   for (runtime::StageScope scope : {runtime::StageScope::kSliding, runtime::StageScope::kFull}) {
     const std::set<std::string> got = stages_of(p, scope);
     for (const std::string& s : want) {
@@ -69,7 +69,8 @@ void check_stages(const runtime::PassProfile& p) {
   }
   const std::set<std::string> global = stages_of(p, runtime::StageScope::kGlobal);
   for (const char* s : {"setup", "embed", "head"}) EXPECT_TRUE(global.count(s)) << s;
-  EXPECT_EQ(global.count("sample") == 1, p.rows == 1 && !p.batch);
+  // Sampling is timed for decode steps and for every row of a batched step or a verification.
+  EXPECT_EQ(global.count("sample") == 1, p.rows == 1 || p.shape != runtime::PassShape::kTile);
   for (const runtime::StageRow& r : p.stages) {
     EXPECT_GE(r.min_s, 0.0) << stage_name(r.stage);
     EXPECT_GE(r.mean_s, r.min_s) << stage_name(r.stage);
@@ -104,8 +105,9 @@ TEST(CudaProfile, StagesOfBothLayerKinds) {
   }
 }
 
-// gem profile --parallel: the rows pass of a batched decode step, profiled eagerly, marks every
-// stage; afterwards slot 0 is at the depth and the other slots are empty.
+// gem profile --parallel and --verify: the rows pass of a batched decode step and of a
+// verification (8 rows of slot 0), profiled eagerly, marks every stage; afterwards slot 0 is at
+// the depth and the other slots are empty.
 TEST(CudaProfile, BatchedDecodeStepStages) {
   REQUIRE_GPU();
   const std::string path = test::fixture("tiny-q4_0.gguf");
@@ -117,12 +119,15 @@ TEST(CudaProfile, BatchedDecodeStepStages) {
   o.depth = 40;
   o.rows = {};
   o.batch = {4};
+  o.verify = {8};
   o.n_samples = 3;
   auto r = runtime::profile_stages(*l.backend, *l.model, o, profiler);
   ASSERT_TRUE(r.ok()) << r.message();
-  ASSERT_EQ(r->passes.size(), 1u);
-  EXPECT_TRUE(r->passes[0].batch);
-  check_stages(r->passes[0]);
+  ASSERT_EQ(r->passes.size(), 2u);
+  EXPECT_EQ(r->passes[0].shape, runtime::PassShape::kBatch);
+  EXPECT_EQ(r->passes[1].shape, runtime::PassShape::kVerify);
+  EXPECT_EQ(r->passes[1].rows, 8);
+  for (const runtime::PassProfile& p : r->passes) check_stages(p);
   EXPECT_EQ(l.backend->slot_n_past(0), 40);
   for (int s = 1; s < 4; ++s) EXPECT_EQ(l.backend->slot_n_past(s), 0) << s;
 }

@@ -147,6 +147,42 @@ TEST(ProfileCli, BatchedDecodeStep) {
   }
 }
 
+// --verify N: a speculative verification of N rows of one sequence, titled as such, in the JSON
+// with shape "verify", the sequence's keys once in attention's bytes (those of a tile of N rows).
+TEST(ProfileCli, Verification) {
+  GEM_REQUIRE_FIXTURE(fixture("tiny-q4_0.gguf"));
+  auto [rc, text] = run_command(base() + " -d 12 -n 1 --rows '' --verify 5 2>/dev/null");
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_EQ(text.find("decode step: 1 row"), std::string::npos) << text;
+  EXPECT_NE(text.find("verification: 5 rows of one sequence at depths 12..16, every row's logits"),
+            std::string::npos)
+      << text;
+  auto [rc2, out] = run_command(base() + " -d 12 -n 1 --rows 5 --verify 5 --json 2>/dev/null");
+  ASSERT_EQ(rc2, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["passes"].size(), 2u);
+  EXPECT_EQ(j["passes"][0]["shape"], "tile");
+  EXPECT_EQ(j["passes"][1]["shape"], "verify");
+  EXPECT_EQ(j["passes"][1]["batch"], false);
+  EXPECT_EQ(j["passes"][1]["rows"], 5);
+  auto bytes_of = [](const nlohmann::json& pass, const char* stage, const char* kind,
+                     const char* what) {
+    for (const auto& s : pass["stages"]) {
+      if (s["stage"] == stage && s["kind"] == kind) return s[what].get<uint64_t>();
+    }
+    return uint64_t{0};
+  };
+  for (const char* kind : {"sliding", "full"}) {
+    EXPECT_GT(bytes_of(j["passes"][1], "attention", kind, "kv_bytes"), 0u) << kind;
+    EXPECT_EQ(bytes_of(j["passes"][1], "attention", kind, "kv_bytes"),
+              bytes_of(j["passes"][0], "attention", kind, "kv_bytes"))
+        << kind;
+  }
+  // Every row's logits against the tile's last row's.
+  EXPECT_GT(bytes_of(j["passes"][1], "head", "global", "act_bytes"),
+            bytes_of(j["passes"][0], "head", "global", "act_bytes"));
+}
+
 TEST(ProfileCli, RejectsBadFlags) {
   GEM_REQUIRE_FIXTURE(fixture("tiny-q4_0.gguf"));
   const std::pair<std::string, std::string> cases[] = {
@@ -155,6 +191,9 @@ TEST(ProfileCli, RejectsBadFlags) {
       {"--parallel 0", "--parallel: '0' is not an integer >= 1"},
       {"--parallel 2,300", "--parallel 300: expected at most 256 sequence slots"},
       {"--attention-sweep 5 --parallel 2", "excludes"},
+      {"--verify 0", "--verify: '0' is not an integer >= 1"},
+      {"--attention-sweep 5 --verify 2", "excludes"},
+      {"-c 20 -d 16 --verify 8", "-c 20 is smaller than the depth 16 + 8 rows"},
       {"--attention-sweep 4,-2", "--attention-sweep: '-2'"},
       {"-n 0", "--samples"},
       {"-d -5", "--depth"},

@@ -76,8 +76,10 @@ void check_pass(const PassProfile& p, const model::Model& m, const std::string& 
   }
   EXPECT_NE(find_row(p, Stage::kEmbed, StageScope::kGlobal), nullptr);
   EXPECT_NE(find_row(p, Stage::kHead, StageScope::kGlobal), nullptr);
-  // Sampling is timed for decode steps: one sequence's, and every row of a batched step.
-  EXPECT_EQ(find_row(p, Stage::kSample, StageScope::kGlobal) != nullptr, p.rows == 1 || p.batch);
+  // Sampling is timed for decode steps: one sequence's, and every row of a batched step or of a
+  // verification.
+  EXPECT_EQ(find_row(p, Stage::kSample, StageScope::kGlobal) != nullptr,
+            p.rows == 1 || p.shape != PassShape::kTile);
   double sum = 0.0;
   for (const StageRow& r : p.stages) {
     EXPECT_GE(r.min_s, 0.0) << stage_name(r.stage);
@@ -293,10 +295,10 @@ TEST(StageProfile, BatchedDecodeSteps) {
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_EQ(r->passes.size(), 3u);
   const PassProfile& decode = r->passes[0];
-  EXPECT_FALSE(decode.batch);
+  EXPECT_EQ(decode.shape, PassShape::kTile);
   for (size_t i = 1; i < 3; ++i) {
     const PassProfile& p = r->passes[i];
-    EXPECT_TRUE(p.batch);
+    EXPECT_EQ(p.shape, PassShape::kBatch);
     EXPECT_EQ(p.rows, i == 1 ? 1 : 3);
     check_pass(p, m, "batch");
     for (StageScope scope : {StageScope::kSliding, StageScope::kFull}) {
@@ -320,6 +322,60 @@ TEST(StageProfile, BatchedDecodeSteps) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("needs 5 slots, the backend has 4"), std::string::npos)
       << bad.message();
+}
+
+// Verifications (gem profile --verify): N rows of slot 0 at consecutive positions, every row's
+// logits and draw; the weights read once a pass (the decode step's bytes), one sequence's keys
+// (the cached ones and the pass's, as a tile of N rows); afterwards slot 0 holds the depth
+// exactly, also when the rows ran past the sliding window's ring. A verification past the
+// context is refused.
+TEST(StageProfile, VerificationPasses) {
+  for (const int depth : {30, 120}) {
+    SCOPED_TRACE("depth " + std::to_string(depth));
+    Loaded s = make(false, 256, 64);
+    ASSERT_TRUE(s.backend);
+    const model::Model& m = *s.model;
+    StageProfiler profiler;
+    ProfileOptions o;
+    o.depth = depth;
+    o.rows = {1};
+    o.verify = {8, 3};
+    o.n_samples = 2;
+    o.seed = 11;
+    auto r = profile_stages(*s.backend, m, o, profiler);
+    ASSERT_TRUE(r.ok()) << r.message();
+    ASSERT_EQ(r->passes.size(), 3u);
+    const PassProfile& decode = r->passes[0];
+    for (size_t i = 1; i < 3; ++i) {
+      const PassProfile& p = r->passes[i];
+      EXPECT_EQ(p.shape, PassShape::kVerify);
+      EXPECT_EQ(p.rows, i == 1 ? 8 : 3);
+      EXPECT_EQ(p.depth, depth);
+      check_pass(p, m, "verify");
+      for (StageScope scope : {StageScope::kSliding, StageScope::kFull}) {
+        for (Stage st : {Stage::kQkv, Stage::kAttnOut, Stage::kFfnGateUp, Stage::kFfnDown}) {
+          EXPECT_EQ(find_row(p, st, scope)->bytes.weights, find_row(decode, st, scope)->bytes.weights)
+              << stage_name(st);
+        }
+        EXPECT_EQ(find_row(p, Stage::kAttention, scope)->bytes.kv,
+                  stage_bytes(m, model::KvType::kF16, Stage::kAttention, scope, p.rows, depth).kv);
+      }
+      // Every row's logits: the head's activations are those of a batch of as many rows.
+      EXPECT_EQ(find_row(p, Stage::kHead, StageScope::kGlobal)->bytes.activations,
+                stage_bytes(m, model::KvType::kF16, Stage::kHead, StageScope::kGlobal, p.rows, depth,
+                            PassShape::kBatch)
+                    .activations);
+      EXPECT_GT(find_row(p, Stage::kHead, StageScope::kGlobal)->bytes.activations,
+                find_row(decode, Stage::kHead, StageScope::kGlobal)->bytes.activations);
+    }
+    EXPECT_EQ(s.backend->slot_n_past(0), depth);
+    expect_holds_the_fill(s, 11, depth, 55);
+
+    o.verify = {256 - depth + 1};
+    auto bad = profile_stages(*s.backend, m, o, profiler);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.message().find("verification of"), std::string::npos) << bad.message();
+  }
 }
 
 TEST(StageProfile, AttentionSweep) {
