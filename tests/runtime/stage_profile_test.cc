@@ -279,19 +279,39 @@ TEST(StageProfile, RejectsShapesTheBackendCannotHold) {
 // Batched decode steps (gem profile --parallel): every stage of both layer kinds, the weights
 // read once per step (the decode step's bytes), each sequence's own keys and logits; afterwards
 // slot 0 holds the depth exactly and the other slots are empty.
+// A decode step, then `batch` batched steps and `verify` verifications, two samples each, from
+// `depth` filled with synthetic_tokens(seed).
+Result<ProfileReport> profile_shapes(Loaded& s, StageProfiler& profiler, int depth, uint32_t seed,
+                                     std::vector<int> batch, std::vector<int> verify) {
+  ProfileOptions o;
+  o.depth = depth;
+  o.rows = {1};
+  o.batch = std::move(batch);
+  o.verify = std::move(verify);
+  o.n_samples = 2;
+  o.seed = seed;
+  return profile_stages(*s.backend, *s.model, o, profiler);
+}
+
+// Every product of a pass reads its weights once: the decode step's bytes.
+void expect_weights_once(const PassProfile& p, const PassProfile& decode) {
+  for (StageScope scope : {StageScope::kSliding, StageScope::kFull}) {
+    for (Stage st : {Stage::kQkv, Stage::kAttnOut, Stage::kFfnGateUp, Stage::kFfnDown}) {
+      EXPECT_EQ(find_row(p, st, scope)->bytes.weights, find_row(decode, st, scope)->bytes.weights)
+          << stage_name(st);
+    }
+  }
+  EXPECT_EQ(find_row(p, Stage::kHead, StageScope::kGlobal)->bytes.weights,
+            find_row(decode, Stage::kHead, StageScope::kGlobal)->bytes.weights);
+}
+
 TEST(StageProfile, BatchedDecodeSteps) {
   const int depth = 30;
   Loaded s = make(false, 256, 64, model::KvType::kF16, /*n_slots=*/4);
   ASSERT_TRUE(s.backend);
   const model::Model& m = *s.model;
   StageProfiler profiler;
-  ProfileOptions o;
-  o.depth = depth;
-  o.rows = {1};
-  o.batch = {1, 3};
-  o.n_samples = 2;
-  o.seed = 9;
-  auto r = profile_stages(*s.backend, m, o, profiler);
+  auto r = profile_shapes(s, profiler, depth, 9, {1, 3}, {});
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_EQ(r->passes.size(), 3u);
   const PassProfile& decode = r->passes[0];
@@ -301,24 +321,18 @@ TEST(StageProfile, BatchedDecodeSteps) {
     EXPECT_EQ(p.shape, PassShape::kBatch);
     EXPECT_EQ(p.rows, i == 1 ? 1 : 3);
     check_pass(p, m, "batch");
+    expect_weights_once(p, decode);
     for (StageScope scope : {StageScope::kSliding, StageScope::kFull}) {
-      for (Stage st : {Stage::kQkv, Stage::kAttnOut, Stage::kFfnGateUp, Stage::kFfnDown}) {
-        EXPECT_EQ(find_row(p, st, scope)->bytes.weights, find_row(decode, st, scope)->bytes.weights)
-            << stage_name(st);
-      }
       EXPECT_EQ(find_row(p, Stage::kAttention, scope)->bytes.kv,
                 static_cast<uint64_t>(p.rows) * find_row(decode, Stage::kAttention, scope)->bytes.kv);
     }
-    EXPECT_EQ(find_row(p, Stage::kHead, StageScope::kGlobal)->bytes.weights,
-              find_row(decode, Stage::kHead, StageScope::kGlobal)->bytes.weights);
   }
   EXPECT_EQ(s.backend->slot_n_past(0), depth);
   for (int slot = 1; slot < 4; ++slot) EXPECT_EQ(s.backend->slot_n_past(slot), 0) << slot;
 
   expect_holds_the_fill(s, 9, depth, 77);
 
-  o.batch = {5};  // more sequences than slots
-  auto bad = profile_stages(*s.backend, m, o, profiler);
+  auto bad = profile_shapes(s, profiler, depth, 9, {5}, {});  // more sequences than slots
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("needs 5 slots, the backend has 4"), std::string::npos)
       << bad.message();
@@ -336,13 +350,7 @@ TEST(StageProfile, VerificationPasses) {
     ASSERT_TRUE(s.backend);
     const model::Model& m = *s.model;
     StageProfiler profiler;
-    ProfileOptions o;
-    o.depth = depth;
-    o.rows = {1};
-    o.verify = {8, 3};
-    o.n_samples = 2;
-    o.seed = 11;
-    auto r = profile_stages(*s.backend, m, o, profiler);
+    auto r = profile_shapes(s, profiler, depth, 11, {}, {8, 3});
     ASSERT_TRUE(r.ok()) << r.message();
     ASSERT_EQ(r->passes.size(), 3u);
     const PassProfile& decode = r->passes[0];
@@ -352,11 +360,8 @@ TEST(StageProfile, VerificationPasses) {
       EXPECT_EQ(p.rows, i == 1 ? 8 : 3);
       EXPECT_EQ(p.depth, depth);
       check_pass(p, m, "verify");
+      expect_weights_once(p, decode);
       for (StageScope scope : {StageScope::kSliding, StageScope::kFull}) {
-        for (Stage st : {Stage::kQkv, Stage::kAttnOut, Stage::kFfnGateUp, Stage::kFfnDown}) {
-          EXPECT_EQ(find_row(p, st, scope)->bytes.weights, find_row(decode, st, scope)->bytes.weights)
-              << stage_name(st);
-        }
         EXPECT_EQ(find_row(p, Stage::kAttention, scope)->bytes.kv,
                   stage_bytes(m, model::KvType::kF16, Stage::kAttention, scope, p.rows, depth).kv);
       }
@@ -371,8 +376,7 @@ TEST(StageProfile, VerificationPasses) {
     EXPECT_EQ(s.backend->slot_n_past(0), depth);
     expect_holds_the_fill(s, 11, depth, 55);
 
-    o.verify = {256 - depth + 1};
-    auto bad = profile_stages(*s.backend, m, o, profiler);
+    auto bad = profile_shapes(s, profiler, depth, 11, {}, {256 - depth + 1});
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.message().find("verification of"), std::string::npos) << bad.message();
   }
