@@ -249,6 +249,11 @@ class CudaBackend final : public Backend {
   // them); eval_batch takes every slot's runs of at most kRowsRunMax rows through it (decode
   // steps, speculative verifications).
   static constexpr int kRowsRunMax = 16;
+  // eval()'s tiles of 2..kEvalRowsMax tokens take the rows pass too: there it beats the n-token
+  // products on both models (the H200, bench/RESULTS.md run 56: 12B pp8 1,860 against 1,427
+  // tok/s, 31B 907 against 737); from 9 rows it still wins on the 12B but loses on the 31B
+  // (pp12 854 against 981), where the rows pass switches to its 32-row tiles.
+  static constexpr int kEvalRowsMax = 8;
   int rows_max_ = 0;
   bool rows_ok_ = false;  // every layer's attention takes the decode kernels (else: tile path)
   // [2·rows_max_]: the pass's rows in order, then grouped by decode bucket (the attention's).

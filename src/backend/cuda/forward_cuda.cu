@@ -355,8 +355,8 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   mark(Stage::kEpilogue, p.layer);
 }
 
-// A short eval (2 ≤ n ≤ matmul_n_max(): a speculative verification, a short follow-up) as the
-// decode step does it, with every product reading its weights once for all n rows (matmul_n)
+// A short eval (kEvalRowsMax < n ≤ matmul_n_max(), or any n ≥ 2 where the rows pass is not
+// available: a short follow-up, a prompt's tail) as the decode step does it, with every product reading its weights once for all n rows (matmul_n)
 // instead of dequantising them for cuBLAS, and attention as a short prompt tile does it.
 void CudaBackend::layer_small(const model::LayerPlan& p, const DevLayer& L, int n, bool last) {
   const int E = cfg_.n_embd, D = p.head_dim, H = p.n_heads;
@@ -587,15 +587,29 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
   for (int done = 0; done < n_total;) {
     const int n = std::min(T_, n_total - done);
     const bool last_tile = done + n == n_total;
-    // Short tiles take the n-token products (layer_small): faster than the rows pass's decode
-    // arithmetic at 8 rows (12B pp8 1,466 against 860 tok/s), and a prompt's rows need not
-    // equal decode steps; eval_batch's rows (verifications, sequences decoded together) do.
+    // Tiles of 2..kEvalRowsMax tokens go through the rows pass (each row computed as its decode
+    // step would be); longer short tiles take the n-token products (layer_small).
+    const bool as_rows = rows_ok_ && n >= 2 && n <= std::min(kEvalRowsMax, rows_max_);
     step_host_[0] = past_[0];
     std::memcpy(step_host_ + 1, tokens.data() + done, n * sizeof(int32_t));
     if (profiler_ != nullptr) GEM_CUDA_CHECK(cudaEventRecord(prof_events_[0], stream_));
-    GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream_));
-    if (n == 1 && profiler_ != nullptr) {
+    if (!as_rows) {
+      GEM_CUDA_CHECK(cudaMemcpyAsync(step_dev_, step_host_, (1 + n) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+    }
+    if (last_tile) logits_last_dev_ = logits_dev_;
+    if (as_rows) {
+      for (int i = 0; i < n; ++i) rows_host_[i] = cuda::RowParams{past_[0] + i, 0, i, 0};
+      rows_pass(n, all_logits || last_tile);  // copies the step's tokens itself
+      prof_step_marks_ = &prof_marks_;
+      if (all_logits) {
+        GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * V,
+                                       logits_dev_, static_cast<size_t>(n) * V * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+      } else if (last_tile) {
+        logits_last_dev_ = logits_dev_ + static_cast<size_t>(n - 1) * V;
+      }
+    } else if (n == 1 && profiler_ != nullptr) {
       prof_decode();
     } else if (n == 1) {
       const int k = decode_bucket(past_[0]);
@@ -621,7 +635,9 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
       forward_tile(n, last_tile && !all_logits);
       prof_step_marks_ = &prof_marks_;
     }
-    if (all_logits && n > 1 && n <= cuda::matmul_n_max()) {
+    if (as_rows) {
+      // the logits were copied or kept above
+    } else if (all_logits && n > 1 && n <= cuda::matmul_n_max()) {
       head_rows(n);
       mark(Stage::kHead, -1);
       GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * V,

@@ -215,7 +215,7 @@ TokenLogprobs CudaBackend::token_logprobs(int32_t token, int top_n) {
   GEM_CHECK(kOutFloats + cuda::row_logprobs_scratch_floats(V) <= cuda::argmax_scratch_floats(V),
             "token_logprobs: the sampling scratch is too small");
   auto* out_dev = reinterpret_cast<cuda::RowLogprobs*>(sample_scratch_);
-  cuda::row_logprobs(logits_dev_, V, token, top_n, sample_scratch_ + kOutFloats, out_dev, stream_);
+  cuda::row_logprobs(logits_last_dev_, V, token, top_n, sample_scratch_ + kOutFloats, out_dev, stream_);
   static_assert(sizeof(cuda::RowLogprobs) <= 257 * sizeof(int32_t));  // pinned_small_
   GEM_CUDA_CHECK(cudaMemcpyAsync(pinned_small_, out_dev, sizeof(cuda::RowLogprobs),
                                  cudaMemcpyDeviceToHost, stream_));
