@@ -365,7 +365,8 @@ int run(int argc, char** argv) {
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
                if (sh.gated) gelu_mul(gu, n, static_cast<int>(sh.rows), y, b.s);
              }, false));
-      if (sh.per_forward > 0) sums[sh.model][n]["best"] += sh.per_forward * best;
+      // (--rows times no n-token product: no `best` then)
+      if (sh.per_forward > 0 && best < 1e30) sums[sh.model][n]["best"] += sh.per_forward * best;
     }
     for (DevMatrix& m : w) free_matrix(m);
     cudaFree(x);

@@ -25,9 +25,10 @@
 // Shapes (measured on the H200, bench/results/cuda.md "Rows pass"): up to 16 rows, 32-row tiles
 // (each warp's mma covers two 16-row halves: half the activation copies per weight byte) over
 // 16 warps (two classes a warp: level 16 of the butterfly in the warp, levels 8 to 1 over the
-// warps), and up to 8 rows 64-row tiles where the matrix has rows enough to fill the SMs with
-// them; 17–32 rows, 16 warps as well, 32-row tiles for one matrix and 16-row tiles for the gated
-// pair (its accumulators for 32 rows would not fit the registers), the tokens in one tile.
+// warps), and 64-row tiles where the matrix has rows enough to fill the SMs with them (up to 8
+// rows; 9–16 rows for Q4_0 alone: the 31B's products at 9–16 rows 9–18 % faster, run 57); 17–32
+// rows, 16 warps as well, 32-row tiles for one matrix and 16-row tiles for the gated pair (its
+// accumulators for 32 rows would not fit the registers), the tokens in one tile.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_fp16.h>
@@ -524,20 +525,29 @@ void launch_instance(const NArgs& a, cudaStream_t s) {
          maps);
 }
 
+// 64-row tiles where they take no more waves of rows than 32-row tiles: each weight byte then
+// costs half the activation copies.
+bool wide_tiles_fill(int64_t rows) {
+  const int64_t n_sm = sm_count();
+  const int64_t rows64 = ((rows + 63) / 64 + n_sm - 1) / n_sm * 64;
+  const int64_t rows32 = ((rows + 31) / 32 + n_sm - 1) / n_sm * 32;
+  return rows64 <= rows32;
+}
+
 // The shapes by rows (the file's opening comment).
 template <bool kQ8, int kMats>
 void launch_n(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
     if constexpr (kMats == 1) {
-      // 64-row tiles where they take no more waves of rows than 32-row tiles: each weight byte
-      // then costs half the activation copies.
-      const int64_t n_sm = sm_count();
-      const int64_t rows64 = ((a.rows + 63) / 64 + n_sm - 1) / n_sm * 64;
-      const int64_t rows32 = ((a.rows + 31) / 32 + n_sm - 1) / n_sm * 32;
-      if (rows64 <= rows32) return launch_instance<kQ8, kMats, 1, 4>(a, s);
+      if (wide_tiles_fill(a.rows)) return launch_instance<kQ8, kMats, 1, 4>(a, s);
     }
     launch_instance<kQ8, kMats, 1, 2>(a, s);
   } else if (a.n <= 16) {
+    // Q4_0 alone takes 64-row tiles by the same rule (Q8_0's would not fit shared memory; the
+    // gated pair's accumulators would not fit the registers, and its 16-row tiles lose).
+    if constexpr (kMats == 1 && !kQ8) {
+      if (wide_tiles_fill(a.rows)) return launch_instance<kQ8, kMats, 2, 4>(a, s);
+    }
     launch_instance<kQ8, kMats, 2, 2>(a, s);
   } else if constexpr (kMats == 1) {
     launch_instance<kQ8, kMats, 4, 2>(a, s);
