@@ -26,7 +26,7 @@
 // (each warp's mma covers two 16-row halves: half the activation copies per weight byte) over
 // 16 warps (two classes a warp: level 16 of the butterfly in the warp, levels 8 to 1 over the
 // warps), and 64-row tiles where the matrix has rows enough to fill the SMs with them (up to 8
-// rows; 9–16 rows for Q4_0 alone: the 31B's products at 9–16 rows 9–18 % faster, run 57); 17–32
+// rows; 9–16 rows for Q4_0 alone, where halving the activation copies per weight byte pays); 17–32
 // rows, 16 warps as well, 32-row tiles for one matrix and 16-row tiles for the gated pair (its
 // accumulators for 32 rows would not fit the registers), the tokens in one tile.
 #include <cuda.h>
