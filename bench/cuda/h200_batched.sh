@@ -12,7 +12,8 @@
 #   bash bench/cuda/h200_batched.sh llama-12b|llama-31b   llama.cpp on the same file, the same
 #                                           tests: llama-bench -p 1,2,4,8,16,32,512 -n 128 and
 #                                           llama-batched-bench -npp 512 -ntg 128 -npl 1..32
-#                                           (binaries from .device/llbin.tar.xz, or its build)
+#                                           (binaries from .device/llbin.tar.xz, or built
+#                                           there from .device/llama.cpp in about 3 minutes)
 #   bash bench/cuda/h200_batched.sh side-12b|side-31b   gem and llama.cpp in one call on one file
 #                                           (gem built by the build step): short evals at depth
 #                                           (-p 8,32 -n 0 -d 0,4096,16384 -r 3, gem bench and
@@ -33,6 +34,7 @@ mkdir -p $M
 # The llama.cpp steps: the synthetic file $p and llama.cpp's binaries in $L.
 llama_ready() {
   [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
+  LLAMA_TARGETS="llama-bench llama-batched-bench"
   source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
   [ -n "${llama_pid:-}" ] && wait $llama_pid
   L=/tmp/llama-build/bin

@@ -6,7 +6,10 @@
 #                      headers its header includes, brotli runtime libraries), laid out as a prefix
 #   .device/trace      the CUPTI kernel-trace library (bench/cuda/kernel_trace.sh)
 #   .device/llama.cpp  llama.cpp's source at the fixtures' release (node-llama-cpp 3.22.1's
-#                      bundle), pruned of models, docs and other backends to fit a call's 64 MiB
+#                      bundle), pruned of models, docs, examples, the server's UI and other
+#                      backends to fit a call's 64 MiB (28 MB): enough for llama-bench and
+#                      llama-batched-bench, built on the GPU machine in about 3 minutes
+#                      (bench/server/device_build.sh); llama-server needs the binaries below
 # The tests' reference data travels with the tree (tests/data) and the build writes the test
 # models, so nothing of the development reference folder is carried.
 #   .device/llbin.tar.xz  llama.cpp's CUDA binaries built here ('llama-bin' only, not in 'all':
