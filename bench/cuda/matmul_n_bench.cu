@@ -284,7 +284,7 @@ int run(int argc, char** argv) {
     CK(cudaMalloc(&x16, sizeof(__half) * max_n * sh.cols));
     CK(cudaMalloc(&w16, sizeof(__half) * mats * sh.rows * sh.cols));
     CK(cudaMalloc(&xq.q, max_n * sh.cols));
-    CK(cudaMalloc(&xq.ds, sizeof(float2) * max_n * sh.cols / 32));
+    CK(cudaMalloc(&xq.ds, sizeof(Q8Ds) * max_n * sh.cols / 32));
     fill_x<<<1024, 256>>>(x, max_n * sh.cols, 99);
     quantize_q8(x, max_n, static_cast<int>(sh.cols), xq, b.s);
     CK(cudaStreamSynchronize(b.s));

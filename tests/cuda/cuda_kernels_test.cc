@@ -130,7 +130,7 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   DevWeights dw(type, raw, rows, cols);
   Dev<float> dx(x), dy(rows);
   Dev<int8_t> xq(cols);
-  Dev<float2> xds(cols / 32);
+  Dev<cuda::Q8Ds> xds(cols / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(cols), q, nullptr);
   const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
@@ -213,7 +213,7 @@ TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {
   DevWeights dg(DType::kQ4_0, graw, F, E), du(DType::kQ4_0, uraw, F, E);
   Dev<float> dx(x), dy(F);
   Dev<int8_t> xq(E);
-  Dev<float2> xds(E / 32);
+  Dev<cuda::Q8Ds> xds(E / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(E), q, nullptr);
   for (int variant = 0; variant < kMatvecVariants; ++variant) {
@@ -277,6 +277,33 @@ int8_t cpu_q8(const std::vector<float>& v, size_t i) {
   return q[i % 32];
 }
 
+// A q8 copy's block scales and sums as the products need them (types.cuh's Q8Ds): qsum the sum of
+// the block's quants, s at most 22 significant bits (so that s·1.5·2^23 is exact: block_terms.cuh)
+// and within 2^-21 of max|v|/127 (2^-22 from the rounding to 22 bits, up to 2^-23 from the
+// float product max|v|·(1/127)).
+void expect_q8_blocks(const std::vector<float>& v, const std::vector<int8_t>& q,
+                      const std::vector<cuda::Q8Ds>& ds, const std::string& what) {
+  int bad = 0;
+  for (size_t b = 0; b < ds.size(); ++b) {
+    int sum = 0;
+    float amax = 0.0f;
+    for (size_t k = 32 * b; k < 32 * b + 32; ++k) {
+      sum += q[k];
+      amax = std::max(amax, std::fabs(v[k]));
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &ds[b].s, 4);
+    const double want = amax / 127.0;
+    if ((ds[b].qsum != sum || (bits & 3u) != 0 ||
+         std::fabs(ds[b].s - want) > 0x1p-21 * want) &&
+        bad++ < 5) {
+      ADD_FAILURE() << what << " block " << b << ": qsum " << ds[b].qsum << " want " << sum
+                    << ", s " << ds[b].s << " (bits " << bits << ") want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(CudaNorm, RmsNormAndQ8Copy) {
   REQUIRE_GPU();
   for (const int form : kResidualClusters) {
@@ -288,7 +315,7 @@ TEST(CudaNorm, RmsNormAndQ8Copy) {
       cpu::rms_norm(x.data(), w.data(), n, cols, 1e-6f, ref.data());
       Dev<float> dx(x), dw(w), dy(x.size());
       Dev<int8_t> q(x.size());
-      Dev<float2> ds(x.size() / 32);
+      Dev<cuda::Q8Ds> ds(x.size() / 32);
       cuda::rms_norm(dx.p, dw.p, n, cols, 1e-6f, dy.p, cuda::Q8Act{q.p, ds.p}, nullptr, t);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto y = dy.get();
@@ -298,10 +325,11 @@ TEST(CudaNorm, RmsNormAndQ8Copy) {
         ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6)
             << "form " << form << " cols " << cols << " i " << i;
         // q8 copy: q·s reproduces y within half a step, and q is the CPU's q for this y.
-        const float2 s = dsv[i / 32];
-        ASSERT_NEAR(qv[i] * s.x, y[i], 0.5f * s.x + 1e-6f) << "form " << form << " i " << i;
+        const cuda::Q8Ds s = dsv[i / 32];
+        ASSERT_NEAR(qv[i] * s.s, y[i], 0.5f * s.s + 1e-6f) << "form " << form << " i " << i;
         ASSERT_EQ(qv[i], cpu_q8(y, i)) << "form " << form << " cols " << cols << " i " << i;
       }
+      expect_q8_blocks(y, qv, dsv, "rms_norm form " + std::to_string(form));
     }
   }
 }
@@ -322,7 +350,7 @@ TEST(CudaNorm, ResidualEpilogues) {
       cpu::rms_norm(rx.data(), wn.data(), n, E, 1e-6f, rh.data());
       Dev<float> dx(x), da(a), dwp(wp), dwn(wn), dh(n * E), ds(std::vector<float>{scale});
       Dev<int8_t> q(static_cast<size_t>(n) * E);
-      Dev<float2> qd(n * E / 32);
+      Dev<cuda::Q8Ds> qd(n * E / 32);
       cuda::residual_norm_scale(dx.p, da.p, dwp.p, ds.p, dwn.p, n, E, 1e-6f, dh.p,
                                 cuda::Q8Act{q.p, qd.p}, nullptr, t);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -332,10 +360,11 @@ TEST(CudaNorm, ResidualEpilogues) {
       for (int i = 0; i < n * E; ++i) {
         ASSERT_NEAR(gx[i], rx[i], 1e-5 * std::fabs(rx[i]) + 1e-5) << "form " << form << " x " << i;
         ASSERT_NEAR(gh[i], rh[i], 1e-4 * std::fabs(rh[i]) + 1e-5) << "form " << form << " h " << i;
-        ASSERT_NEAR(qv[i] * qdv[i / 32].x, gh[i], 0.5f * qdv[i / 32].x + 1e-6f)
+        ASSERT_NEAR(qv[i] * qdv[i / 32].s, gh[i], 0.5f * qdv[i / 32].s + 1e-6f)
             << "form " << form << " q8 " << i;
         ASSERT_EQ(qv[i], cpu_q8(gh, i)) << "form " << form << " q8 of h " << i;
       }
+      expect_q8_blocks(gh, qv, qdv, "residual form " + std::to_string(form));
     }
   }
 }
@@ -583,7 +612,7 @@ void check_attention(int H, int G, int D, int window, int n_slots, bool f16, int
   Dev<float> part(cuda::attention_part_floats(n, H, D, n_splits));
   Dev<int32_t> sp(std::vector<int32_t>{pos0});
   Dev<int8_t> oq(ref.size());
-  Dev<float2> ods(ref.size() / 32);
+  Dev<cuda::Q8Ds> ods(ref.size() / 32);
   cuda::AttnArgs a{dq.p, dkt.p, dvt.p,
                    f16 ? static_cast<const void*>(dkh.p) : dkc.p,
                    f16 ? static_cast<const void*>(dvh.p) : dvc.p,

@@ -179,7 +179,7 @@ struct Case {
 // References for the rows `rows` of every token.
 std::vector<Ref> references(const Matrix& w, const std::vector<int64_t>& rows, int n,
                             const std::vector<float>& x, const std::vector<int8_t>& xq,
-                            const std::vector<float2>& xds) {
+                            const std::vector<cuda::Q8Ds>& xds) {
   const int64_t K = w.cols;
   const double wk = w.type == DType::kQ6_K ? 2 * kU16 : kU16;
   std::vector<Ref> out(rows.size() * n);
@@ -191,10 +191,10 @@ std::vector<Ref> references(const Matrix& w, const std::vector<int64_t>& rows, i
     for (int t = 0; t < n; ++t) {
       const float* xt = x.data() + t * K;
       const int8_t* qt = xq.data() + t * K;
-      const float2* st = xds.data() + t * K / 32;
+      const cuda::Q8Ds* st = xds.data() + t * K / 32;
       double e = 0, q8 = 0, f16 = 0, mag = 0, magq = 0, var_q8 = 0, var_16 = 0;
       for (int64_t c = 0; c < K; ++c) {
-        const double wc = ex[c], xc = xt[c], s = st[c / 32].x;
+        const double wc = ex[c], xc = xt[c], s = st[c / 32].s;
         e += wc * xc;
         q8 += wc * (static_cast<double>(qt[c]) * s);
         f16 += static_cast<double>(hf[c]) * x16[t * K + c];
@@ -272,12 +272,12 @@ void check_case(const Case& c, const std::vector<int>& splits = {0}) {
   const std::vector<float> x = randn(static_cast<size_t>(n) * K);
   Dev<float> dx(x), dy(static_cast<size_t>(n) * R);
   Dev<int8_t> dq(static_cast<size_t>(n) * K);
-  Dev<float2> dds(static_cast<size_t>(n) * K / 32);
+  Dev<cuda::Q8Ds> dds(static_cast<size_t>(n) * K / 32);
   const cuda::Q8Act xq{dq.p, dds.p};
   if (w.type != DType::kF32) cuda::quantize_q8(dx.p, n, static_cast<int>(K), xq, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<int8_t> hq = w.type != DType::kF32 ? dq.get() : std::vector<int8_t>(n * K);
-  const std::vector<float2> hds = w.type != DType::kF32 ? dds.get() : std::vector<float2>(n * K / 32);
+  const std::vector<cuda::Q8Ds> hds = w.type != DType::kF32 ? dds.get() : std::vector<cuda::Q8Ds>(n * K / 32);
 
   const std::vector<int64_t> rows = sample_rows(R);
   const std::vector<Ref> ref = references(w, rows, n, x, hq, hds);

@@ -9,31 +9,24 @@
 
 namespace gem::cuda {
 
-// acc + one 32-weight block's term, from the block's integer sum as a float s (exact: |isum| <
-// 2^22 for both types): Q8_0 (d_w·d_x)·s + acc, Q4_0 d_w·(d_x·s − 8·d_x·Σq_x) + acc, where
-// ds = (d_x, d_x·Σq_x). isum = Σ q_w·q_x (Q8_0), or Σ nib·q_x over the raw nibbles (Q4_0, whose −8
-// offset comes in as −8·d_x·Σq_x).
+// One 32-weight block's term, from its exact integer sum and the two scales. The integer sum
+// comes biased: its accumulation starts at isum_start (the bits of the float 1.5·2^23, less
+// 8·Σq_x for Q4_0), so it ends at the bits of the float F = 1.5·2^23 + isum, exactly, for
+// |isum| < 2^22, where isum = Σ q_w·q_x (Q8_0: at most 32·127·127) or Σ (nib − 8)·q_x over the raw
+// nibbles (Q4_0: at most 32·8·127). No conversion instruction (I2F issues at a quarter or less
+// of the float rate, and the products over many rows convert once per row, token and block),
+// and no subtraction: s_x·1.5·2^23 is exact (Q8Ds: s_x has at most 22 significant bits), so
+// fma(s_x, F, −s_x·1.5·2^23) = round(s_x·isum), the product of s_x and the integer, rounded once.
+// The term is then d_w·that + acc.
+constexpr int kIsumBias = 0x4B400000;  // the bits of 1.5·2^23
 template <bool kQ8>
-__device__ __forceinline__ float q_block_acc_f(float acc, float s, float dw, float2 ds) {
-  if constexpr (kQ8) {
-    return __fmaf_rn(__fmul_rn(dw, ds.x), s, acc);
-  } else {
-    return __fmaf_rn(dw, __fmaf_rn(ds.x, s, __fmul_rn(-8.0f, ds.y)), acc);
-  }
+__device__ __forceinline__ int isum_start(int qsum) {
+  return kQ8 ? kIsumBias : kIsumBias - 8 * qsum;
 }
-template <bool kQ8>
-__device__ __forceinline__ float q_block_acc(float acc, int isum, float dw, float2 ds) {
-  return q_block_acc_f<kQ8>(acc, __int2float_rn(isum), dw, ds);
-}
-
-// The same float from a biased integer sum, without a conversion instruction (I2F issues at a
-// quarter or less of the float rate, and the products over many rows convert once per row, token
-// and block): an integer accumulation that starts at kIsumBias (the bits of 1.5·2^23) ends at the
-// bits of the float 1.5·2^23 + isum, exactly, for |isum| < 2^22 (Q4_0 at most 32·15·128, Q8_0
-// 32·128·128); one exact subtraction leaves isum, the value __int2float_rn gives.
-constexpr int kIsumBias = 0x4B400000;
-__device__ __forceinline__ float unbias_isum(int biased) {
-  return __fsub_rn(__int_as_float(biased), 12582912.0f);
+// −s_x·1.5·2^23, exact; computed once per token and block, shared by its rows.
+__device__ __forceinline__ float isum_unbias(float s) { return __fmul_rn(s, -12582912.0f); }
+__device__ __forceinline__ float q_block_acc(float acc, int biased, float dw, float s, float sb) {
+  return __fmaf_rn(dw, __fmaf_rn(s, __int_as_float(biased), sb), acc);
 }
 
 // acc + w·x for the f32-activation products (F32 and Q6_K weights).

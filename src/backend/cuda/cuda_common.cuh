@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "backend/cuda/types.cuh"
+
 namespace gem::cuda {
 
 // Launch errors are programming errors (bad shapes), not bad input: abort with the place.
@@ -123,20 +125,22 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 // Quantises one 32-value block held one value per lane (the whole warp calls it): the q8 form
 // of types.cuh's Q8Act, q = round-to-nearest-even(v·(127/max|v|)) — the CPU reference's
 // formula (backend/cpu/matmul.cc), so both sides give the same q for the same v — with
-// s = max|v|/127 (as max|v|·(1/127): one division per lane, not two), ds = (s, s·Σq).
+// s = max|v|/127 (as max|v|·(1/127): one division per lane, not two) rounded to 22 significant
+// bits (Q8Ds; 2^-21 relative at most, all told; q does not depend on s), ds = (s, Σq).
 // The max and the sum are single warp reductions (redux.sync) rather than shuffle trees: for
 // non-negative floats the bit patterns order as unsigned integers, and Σq is an integer, so the
 // results are the same bits (these run once per activation value in the latency-bound decode
 // epilogues, where the shuffles were most of the issued instructions).
-__device__ __forceinline__ void q8_block_out(float v, int8_t* q, float2* ds, int lane) {
+__device__ __forceinline__ void q8_block_out(float v, int8_t* q, Q8Ds* ds, int lane) {
   const float amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v))));
-  const float s = amax * (1.0f / 127.0f);
+  // Rounded to nearest on the two low bits of the significand (a carry moves into the exponent).
+  const float s = __uint_as_float((__float_as_uint(amax * (1.0f / 127.0f)) + 2u) & ~3u);
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
   // Clamped like the CPU's: a block whose max is subnormal makes 127/max infinite.
   const int qi = max(-127, min(127, __float2int_rn(v * id)));
   q[lane] = static_cast<int8_t>(qi);
   const int qsum = __reduce_add_sync(0xffffffffu, qi);
-  if (lane == 0) *ds = make_float2(s, s * static_cast<float>(qsum));
+  if (lane == 0) *ds = Q8Ds{s, qsum};
 }
 
 __device__ __forceinline__ float gelu_tanh(float u) {

@@ -125,7 +125,7 @@ class CudaDrafter final : public Drafter {
   Q8Act alloc_q8(size_t cols) {
     Q8Act a;
     a.q = reinterpret_cast<int8_t*>(alloc_f((cols + 3) / 4));
-    a.ds = reinterpret_cast<float2*>(alloc_f(cols / 32 * 2));
+    a.ds = reinterpret_cast<Q8Ds*>(alloc_f(cols / 32 * 2));
     return a;
   }
   Status check(int slot, int32_t token, size_t h_size, int pos) const;

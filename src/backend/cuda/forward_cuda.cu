@@ -208,7 +208,7 @@ Status CudaBackend::init() {
   auto q8 = [&](size_t cols) {
     Q8Act a;
     a.q = static_cast<int8_t*>(dev_alloc(T * cols));
-    a.ds = static_cast<float2*>(dev_alloc(T * cols / 32 * sizeof(float2)));
+    a.ds = static_cast<Q8Ds*>(dev_alloc(T * cols / 32 * sizeof(Q8Ds)));
     return a;
   };
   step_dev_ = static_cast<int32_t*>(dev_alloc((1 + T) * sizeof(int32_t)));

@@ -50,11 +50,10 @@ __device__ __forceinline__ void unpack(const WBlock& w, int (&v)[8]) {
   }
 }
 
-// The block's exact integer sum Σ q_w·q_x (Q4_0: raw nibbles), as matvec takes it: two
-// independent dp4a chains; the float term is q_block_acc_f's (block_terms.cuh).
-// The sum comes biased by kIsumBias (block_terms.cuh: unbias_isum gives its float exactly).
-__device__ __forceinline__ int block_isum(const int (&v)[8], int4 x0, int4 x1) {
-  int lo = __dp4a(v[0], x0.x, kIsumBias);
+// The block's exact integer sum from `start` (block_terms.cuh's isum_start; Q4_0: raw nibbles), as
+// matvec takes it: two independent dp4a chains; the float term is q_block_acc's.
+__device__ __forceinline__ int block_isum(const int (&v)[8], int4 x0, int4 x1, int start) {
+  int lo = __dp4a(v[0], x0.x, start);
   int hi = __dp4a(v[4], x1.x, 0);
   lo = __dp4a(v[1], x0.y, lo);
   hi = __dp4a(v[5], x1.y, hi);
@@ -137,12 +136,15 @@ __global__ void __launch_bounds__(kWarps * 32) dp4a_kernel(NArgs a) {
         // Plain loads, not __ldg: the previous kernel writes xq (see pdl_wait in cuda_common.cuh).
         const int4* xp = reinterpret_cast<const int4*>(a.xq.q + xoff[t]) + 2 * b;
         const int4 x0 = xp[0], x1 = xp[1];
-        const float2 s = a.xq.ds[xoff[t] / 32 + b];
+        const Q8Ds s = a.xq.ds[xoff[t] / 32 + b];
+        const int start = isum_start<kQ8>(s.qsum);
+        const float sb = isum_unbias(s.s);
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            acc[m][r][t] = q_block_acc_f<kQ8>(acc[m][r][t], unbias_isum(block_isum(v[m][r], x0, x1)), d[m][r], s);
+            acc[m][r][t] = q_block_acc(acc[m][r][t], block_isum(v[m][r], x0, x1, start), d[m][r],
+                                       s.s, sb);
           }
         }
       }

@@ -55,7 +55,7 @@ constexpr int kLine = 128;    // bytes a line of a swizzled box (one strip of a 
 constexpr int kAlign = 1024;  // a box's alignment in shared memory (the 128-byte swizzle's period)
 
 // The bulk tensor copies (TMA) of one step: for each matrix its chunk's quants as 128-byte strips
-// of the tile's rows and its 32 scales a row, and the activations' q8 chunk and (d, d·Σq) pairs
+// of the tile's rows and its 32 scales a row, and the activations' q8 chunk and (s, Σq) pairs
 // as 128-byte strips of the tokens. The maps are built on the host (tensor_map below).
 struct TmaMaps {
   CUtensorMap wq[2], wd[2], xq, xd;
@@ -104,21 +104,22 @@ struct Layout {
   }
 };
 
-// The block's integer sums for 16 rows × 8 tokens, each plus c0: a = the rows' quants (Q4_0: raw
-// nibbles, unsigned), b = the tokens' q8 values.
+// The block's integer sums for 16 rows × 8 tokens, each from its token's start (c0 for the lane's
+// token 2q, c1 for 2q + 1: the C fragment's layout): a = the rows' quants (Q4_0: raw nibbles,
+// unsigned), b = the tokens' q8 values.
 template <bool kQ8>
 __device__ __forceinline__ void mma_block(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                          int c0, int (&c)[4]) {
+                                          int c0, int c1, int (&c)[4]) {
   if constexpr (kQ8) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%10, %10, %10, %10};"
+        "{%8, %9}, {%10, %11, %10, %11};"
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0), "r"(c1));
   } else {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%10, %10, %10, %10};"
+        "{%8, %9}, {%10, %11, %10, %11};"
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0), "r"(c1));
   }
 }
 
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   auto bar_at = [&](int st) { return smem_addr(&bars[st]); };
 
   // A step's copies: for each matrix its kWStrips quant strips and its scales, then the
-  // activations' 8 q8 strips and 2 (d, d·Σq) strips. Copy k is issued by one lane of warp
+  // activations' 8 q8 strips and 2 (s, Σq) strips. Copy k is issued by one lane of warp
   // k mod kW (a copy's operands must be warp-uniform: copies from many lanes of one warp issue one
   // after another). Rows past the matrix's end, tokens past n and blocks past the last read as
   // zeros (never stored; the last chunk's missing classes are skipped). Thread 0 arms a stage's
@@ -279,9 +280,9 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   // Its fragments' offsets in a stage, computed once (the swizzles above; g is its rows' and its
   // B tokens' index mod 8). Class c = w + kW·ci: c % 8 = w % 8 and c % 4 = w % 4 for both, so the
   // second class's quants and q8 are the first's plus a constant (c / 8 + 2 and c / 4 + 4 strips),
-  // its (d, d·Σq) one strip on (c / 16 = ci, c % 16 = w); its scales' piece (c / 8) ^ (g / 2)
+  // its (s, Σq) one strip on (c / 16 = ci, c % 16 = w); its scales' piece (c / 8) ^ (g / 2)
   // differs by more than a constant.
-  const int x0 = kMats * (kWq + kWd);  // the stage's q8, then (d, d·Σq), after the weights
+  const int x0 = kMats * (kWq + kWd);  // the stage's q8, then (s, Σq), after the weights
   const int off_a0 = g * kLine + 4 * q +
                      (kQ8 ? (w >> 2) * kR * kLine + ((((w & 3) << 1) ^ g) << 4)
                           : (w >> 3) * kR * kLine + (((w & 7) ^ g) << 4));
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   const int off_b0 = x0 + (w >> 2) * kT * kLine + g * kLine + 4 * q + ((((w & 3) << 1) ^ g) << 4);
   const int off_b1 = off_b0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4);
   constexpr int kBSecond = 4 * kT * kLine;
-  const int xd_tok = 2 * q;  // its (d, d·Σq) tokens 8j + 2q and 8j + 2q + 1
+  const int xd_tok = 2 * q;  // its (s, Σq) tokens 8j + 2q and 8j + 2q + 1
   const int off_s0 = x0 + kXq + xd_tok * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ xd_tok) << 4);
   const int off_s1 = x0 + kXq + (xd_tok + 1) * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ (xd_tok + 1)) << 4);
   constexpr int kSSecond = kT * kLine;
@@ -352,23 +353,22 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(sw + off_b0 + tok);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(sw + off_b1 + tok);
         const int dtok = ci * kSSecond + 8 * j * kLine;
-        const float2 ds0 = *reinterpret_cast<const float2*>(sw + off_s0 + dtok);
-        const float2 ds1 = *reinterpret_cast<const float2*>(sw + off_s1 + dtok);
+        const Q8Ds ds0 = *reinterpret_cast<const Q8Ds*>(sw + off_s0 + dtok);
+        const Q8Ds ds1 = *reinterpret_cast<const Q8Ds*>(sw + off_s1 + dtok);
+        const int c0 = isum_start<kQ8>(ds0.qsum), c1 = isum_start<kQ8>(ds1.qsum);
+        const float sb0 = isum_unbias(ds0.s), sb1 = isum_unbias(ds1.s);
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             int cs[4];
-            mma_block<kQ8>(af[m][mt], b0, b1, kIsumBias, cs);
-            float s[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[e] = unbias_isum(cs[e]);
+            mma_block<kQ8>(af[m][mt], b0, b1, c0, c1, cs);
             // cs: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the half.
             float(&ac)[4] = acc[m][mt][ci][j];
-            ac[0] = q_block_acc_f<kQ8>(ac[0], s[0], dw[m][mt][0], ds0);
-            ac[1] = q_block_acc_f<kQ8>(ac[1], s[1], dw[m][mt][0], ds1);
-            ac[2] = q_block_acc_f<kQ8>(ac[2], s[2], dw[m][mt][1], ds0);
-            ac[3] = q_block_acc_f<kQ8>(ac[3], s[3], dw[m][mt][1], ds1);
+            ac[0] = q_block_acc(ac[0], cs[0], dw[m][mt][0], ds0.s, sb0);
+            ac[1] = q_block_acc(ac[1], cs[1], dw[m][mt][0], ds1.s, sb1);
+            ac[2] = q_block_acc(ac[2], cs[2], dw[m][mt][1], ds0.s, sb0);
+            ac[3] = q_block_acc(ac[3], cs[3], dw[m][mt][1], ds1.s, sb1);
           }
         }
       }

@@ -50,14 +50,14 @@ __device__ __forceinline__ WBlock<kQ8> load_wblock(const uint8_t* wrow, int b, u
   return w;
 }
 
-// Σ over one 32-weight block of (quant value)·xq, exact: Q4_0 raw nibbles (the −8 comes in through
-// ds.y in q_block_acc) or Q8_0 values.
+// Σ over one 32-weight block of (quant value)·xq, exact, from `start` (block_terms.cuh's
+// isum_start: the bias, and for Q4_0, whose raw nibbles are multiplied here, the −8 offset).
 template <bool kQ8>
-__device__ __forceinline__ int wblock_isum(const WBlock<kQ8>& w, int4 x0, int4 x1) {
+__device__ __forceinline__ int wblock_isum(const WBlock<kQ8>& w, int4 x0, int4 x1, int start) {
   // Two independent chains of four (halves the dependent latency; integer sums are exact).
   int lo, hi;
   if constexpr (kQ8) {
-    lo = __dp4a(w.lo.x, x0.x, 0);
+    lo = __dp4a(w.lo.x, x0.x, start);
     hi = __dp4a(w.hi.x, x1.x, 0);
     lo = __dp4a(w.lo.y, x0.y, lo);
     hi = __dp4a(w.hi.y, x1.y, hi);
@@ -67,7 +67,7 @@ __device__ __forceinline__ int wblock_isum(const WBlock<kQ8>& w, int4 x0, int4 x
     hi = __dp4a(w.hi.w, x1.w, hi);
   } else {
     const int m = 0x0F0F0F0F;
-    lo = __dp4a(w.lo.x & m, x0.x, 0);
+    lo = __dp4a(w.lo.x & m, x0.x, start);
     hi = __dp4a((w.lo.x >> 4) & m, x1.x, 0);
     lo = __dp4a(w.lo.y & m, x0.y, lo);
     hi = __dp4a((w.lo.y >> 4) & m, x1.y, hi);
@@ -81,14 +81,14 @@ __device__ __forceinline__ int wblock_isum(const WBlock<kQ8>& w, int4 x0, int4 x
 
 // acc[m][r] += Σ_blocks term for kMats matrices (1: one matrix; 2: gate and up) and kRows rows
 // each, starting at row0 (clamped to rows − 1 for loading), q8 activations x4 (two int4 per
-// 32-block) with their scales xds.
+// 32-block) with their scales and sums xds.
 // A round loads its weights before its activations; with wait_first, pdl_wait() comes between
 // the two in the first round (and after the loop for a lane with no block), so under PDL a
 // product's first weights are in flight, into registers, while the previous kernel finishes.
 template <bool kQ8, int kMats, int kRows, int kUnroll>
 __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const __half* const* d,
                                                 int64_t rows, int nb, int64_t row0,
-                                                const int4* x4, const float2* xds, int lane,
+                                                const int4* x4, const Q8Ds* xds, int lane,
                                                 uint64_t pol, bool wait_first,
                                                 float (&acc)[kMats][kRows]) {
   const int64_t row_bytes = kQ8 ? 32LL * nb : 16LL * nb;
@@ -107,7 +107,7 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
     WBlock<kQ8> w[kUnroll][kMats][kRows];
     __half dw[kUnroll][kMats][kRows];
     int4 x0[kUnroll], x1[kUnroll];
-    float2 s[kUnroll];
+    Q8Ds s[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int b = b0 + 32 * u;
@@ -140,12 +140,14 @@ __device__ __forceinline__ void accumulate_rows(const uint8_t* const* qs, const 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (b0 + 32 * u < nb) {
+        const int start = isum_start<kQ8>(s[u].qsum);
+        const float sb = isum_unbias(s[u].s);
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            acc[m][r] = q_block_acc<kQ8>(acc[m][r], wblock_isum<kQ8>(w[u][m][r], x0[u], x1[u]),
-                                         __half2float(dw[u][m][r]), s[u]);
+            acc[m][r] = q_block_acc(acc[m][r], wblock_isum<kQ8>(w[u][m][r], x0[u], x1[u], start),
+                                    __half2float(dw[u][m][r]), s[u].s, sb);
           }
         }
       }
@@ -164,7 +166,7 @@ struct MvFlags {
 template <bool kQ8, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_q_kernel(const uint8_t* qs, const __half* d, int64_t rows, int cols,
-                    const int8_t* xq, const float2* xds, float* y, float cap, MvFlags mf) {
+                    const int8_t* xq, const Q8Ds* xds, float* y, float cap, MvFlags mf) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row0 =
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const __half* dd[1] = {d};
   if (!mf.preload) pdl_wait();
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
-  const float2* xs = xds + static_cast<int64_t>(t) * nb;
+  const Q8Ds* xs = xds + static_cast<int64_t>(t) * nb;
   if (row0 >= rows) return;
   float acc[1][kRows] = {};
   accumulate_rows<kQ8, 1, kRows, kUnroll>(q, dd, rows, nb, row0, x4, xs, lane,
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(kQWarps * 32)
 template <int kRows, int kUnroll>
 __global__ void __launch_bounds__(kQWarps * 32)
     matvec_gated_kernel(const uint8_t* gq, const __half* gd, const uint8_t* uq, const __half* ud,
-                        int64_t rows, int cols, const int8_t* xq, const float2* xds, float* g,
+                        int64_t rows, int cols, const int8_t* xq, const Q8Ds* xds, float* g,
                         MvFlags mf) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(kQWarps * 32)
   const __half* dd[2] = {gd, ud};
   if (!mf.preload) pdl_wait();
   const int4* x4 = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * cols);
-  const float2* xs = xds + static_cast<int64_t>(t) * nb;
+  const Q8Ds* xs = xds + static_cast<int64_t>(t) * nb;
   if (row0 >= rows) return;
   float acc[2][kRows] = {};
   accumulate_rows<false, 2, kRows, kUnroll>(q, dd, rows, nb, row0, x4, xs, lane,

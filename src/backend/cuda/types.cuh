@@ -41,13 +41,20 @@ struct DevMatrix {
   uint8_t* raw = nullptr;  // F32: [rows, cols] floats; Q6_K: GGUF super-blocks
 };
 
+// A q8 block's scale and the sum of its quants. s has at most 22 significant bits, so that s times
+// the integer sums' bias (block_terms.cuh: 1.5·2^23 = 3·2^22) is exact; qsum brings Q4_0's −8
+// offset into the integer sum (Σ (nib − 8)·q = Σ nib·q − 8·qsum).
+struct alignas(8) Q8Ds {
+  float s;
+  int32_t qsum;
+};
+
 // Activations quantised for the integer dot products of the decode matrix-vector kernels,
-// llama.cpp's q8_1 idea: per 32 values one scale s = max|x|/127, q = round(x·127/max|x|), and
-// ds = (s, s·Σq) so that Σ w·x over a Q4_0 block is d_w·(s·Σ nib·q − 8·s·Σq).
+// llama.cpp's q8_1 idea: per 32 values one scale s ≈ max|x|/127 (Q8Ds), q = round(x·127/max|x|).
 // q: [n, cols] int8.   ds: [n, cols/32].
 struct Q8Act {
   int8_t* q = nullptr;
-  float2* ds = nullptr;
+  Q8Ds* ds = nullptr;
 };
 
 // Per-eval values the captured decode graph reads from device memory, so one graph serves
