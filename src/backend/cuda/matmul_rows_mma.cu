@@ -156,6 +156,10 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
+// v, opaque to the compiler's code motion (an empty asm that "changes" it), so that a value
+// computed once stays computed once.
+__device__ __forceinline__ void keep(int& v) { asm volatile("" : "+r"(v)); }
+
 // A step of a CTA: its tile (index, first row) and the chunk of 32 blocks. advance() moves to
 // the next step without a division (the generic step → tile arithmetic cost issue slots).
 struct Cursor {
@@ -283,23 +287,37 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   // its (s, Σq) one strip on (c / 16 = ci, c % 16 = w); its scales' piece (c / 8) ^ (g / 2)
   // differs by more than a constant.
   const int x0 = kMats * (kWq + kWd);  // the stage's q8, then (s, Σq), after the weights
-  const int off_a0 = g * kLine + 4 * q +
+  int off_a0 = g * kLine + 4 * q +
                      (kQ8 ? (w >> 2) * kR * kLine + ((((w & 3) << 1) ^ g) << 4)
                           : (w >> 3) * kR * kLine + (((w & 7) ^ g) << 4));
-  const int off_a1 = kQ8 ? off_a0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4) : 0;
+  int off_a1 = kQ8 ? off_a0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4) : 0;
   constexpr int kASecond = (kQ8 ? 4 : 2) * kR * kLine;  // the second class's quants
   int off_d[kCI];
 #pragma unroll
   for (int ci = 0; ci < kCI; ++ci) {
     off_d[ci] = kMats * kWq + g * 64 + (((((w >> 3) + 2 * ci) ^ (g >> 1)) & 3) << 4) + (w & 7) * 2;
   }
-  const int off_b0 = x0 + (w >> 2) * kT * kLine + g * kLine + 4 * q + ((((w & 3) << 1) ^ g) << 4);
-  const int off_b1 = off_b0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4);
+  int off_b0 = x0 + (w >> 2) * kT * kLine + g * kLine + 4 * q + ((((w & 3) << 1) ^ g) << 4);
+  int off_b1 = off_b0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4);
   constexpr int kBSecond = 4 * kT * kLine;
   const int xd_tok = 2 * q;  // its (s, Σq) tokens 8j + 2q and 8j + 2q + 1
-  const int off_s0 = x0 + kXq + xd_tok * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ xd_tok) << 4);
-  const int off_s1 = x0 + kXq + (xd_tok + 1) * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ (xd_tok + 1)) << 4);
+  int off_s0 = x0 + kXq + xd_tok * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ xd_tok) << 4);
+  int off_s1 = x0 + kXq + (xd_tok + 1) * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ (xd_tok + 1)) << 4);
   constexpr int kSSecond = kT * kLine;
+  // The compiler sinks these offsets into the step loop and recomputes them every step (~50
+  // instructions a step at 8 rows, against ~150 of loads and arithmetic): an opaque copy keeps
+  // them in registers. Up to 8 rows only, where the registers are there (the 9–32-row kernels
+  // sit at the 128-register cap).
+  if constexpr (kNT == 1) {
+    keep(off_a0);
+    keep(off_a1);
+    keep(off_b0);
+    keep(off_b1);
+    keep(off_s0);
+    keep(off_s1);
+#pragma unroll
+    for (int ci = 0; ci < kCI; ++ci) keep(off_d[ci]);
+  }
   float acc[kMats][kMT][kCI][kNT][4] = {};
   for (int it = 0; it < total; ++it) {
     // Step it − 1 read by all: its stage takes step it + kStages − 1 (armed by thread 0 at the
