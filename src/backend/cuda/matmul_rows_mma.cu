@@ -288,8 +288,8 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   // differs by more than a constant.
   const int x0 = kMats * (kWq + kWd);  // the stage's q8, then (s, Σq), after the weights
   int off_a0 = g * kLine + 4 * q +
-                     (kQ8 ? (w >> 2) * kR * kLine + ((((w & 3) << 1) ^ g) << 4)
-                          : (w >> 3) * kR * kLine + (((w & 7) ^ g) << 4));
+               (kQ8 ? (w >> 2) * kR * kLine + ((((w & 3) << 1) ^ g) << 4)
+                    : (w >> 3) * kR * kLine + (((w & 7) ^ g) << 4));
   int off_a1 = kQ8 ? off_a0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4) : 0;
   constexpr int kASecond = (kQ8 ? 4 : 2) * kR * kLine;  // the second class's quants
   int off_d[kCI];
