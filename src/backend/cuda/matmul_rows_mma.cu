@@ -14,7 +14,7 @@
 //
 // Data: the weights of a chunk (16·kMT rows × 32 blocks, and their scales) and the activations'
 // q8 rows (n tokens × 32 blocks, and their ds) go global → shared by the bulk tensor copy engine
-// (TMA: 15 to 20 boxes a step, each issued by one lane of its own warp, completing on the stage's
+// (TMA: 5 to 7 boxes a step, each issued by one lane of its own warp, completing on the stage's
 // mbarrier), kStages − 1 chunks in flight; the boxes land swizzled, so that the fragments' reads
 // from shared memory have no bank conflicts. (Per-thread 16-byte cp.async copies cost ~30
 // instructions each in every warp; one warp issuing all the boxes held the others at the step's
@@ -54,9 +54,10 @@ constexpr int kCI = 32 / kW;  // classes per warp: w, w + kW
 constexpr int kLine = 128;    // bytes a line of a swizzled box (one strip of a chunk)
 constexpr int kAlign = 1024;  // a box's alignment in shared memory (the 128-byte swizzle's period)
 
-// The bulk tensor copies (TMA) of one step: for each matrix its chunk's quants as 128-byte strips
-// of the tile's rows and its 32 scales a row, and the activations' q8 chunk and (s, Σq) pairs
-// as 128-byte strips of the tokens. The maps are built on the host (tensor_map below).
+// The bulk tensor copies (TMA) of one step: for each matrix its chunk's quants (one 3-D box: the
+// chunk's 128-byte strips of the tile's rows, strip after strip) and its 32 scales a row (2-D),
+// the activations' q8 chunk (3-D: 8 strips of the tokens) and their (s, Σq) pairs (two 2-D boxes
+// of 128-byte strips). The maps are built on the host (tensor_map below).
 struct TmaMaps {
   CUtensorMap wq[2], wd[2], xq, xd;
 };
@@ -156,6 +157,38 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
+// The 3-D box (0, y, z) of `map` (a row's strips as its third dimension) into shared memory at dst.
+__device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap* map, int y, int z,
+                                          uint32_t bar, uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(y), "r"(z), "r"(bar), "l"(pol)
+      : "memory");
+}
+// ldmatrix: four (two) 8×8 matrices of 16-bit elements, row r of matrix i at the address given
+// by lane 8i + r; lane (g = lane / 4, q = lane % 4) gets row g's bytes 4q..4q + 3 of each.
+__device__ __forceinline__ void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r0), "=r"(r1)
+               : "r"(addr)
+               : "memory");
+}
+// One lane of the converged warp (elect.sync).
+__device__ __forceinline__ bool elect_one() {
+  uint32_t one = 0;
+  asm volatile(
+      "{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(one));
+  return one != 0;
+}
+
 // v, opaque to the compiler's code motion (an empty asm that "changes" it), so that a value
 // computed once stays computed once.
 __device__ __forceinline__ void keep(int& v) { asm volatile("" : "+r"(v)); }
@@ -212,47 +245,50 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   const uint32_t base = (raw + kAlign - 1) & ~static_cast<uint32_t>(kAlign - 1);
   unsigned char* smem = smem_raw + (base - raw);
   float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [warp][mat][row kR][token]
-  auto wq_at = [&](int st, int m) { return base + st * kStage + m * kWq; };
-  auto wd_at = [&](int st, int m) { return base + st * kStage + kMats * kWq + m * kWd; };
-  auto xq_at = [&](int st) { return base + st * kStage + kMats * (kWq + kWd); };
-  auto xd_at = [&](int st) { return xq_at(st) + kXq; };
   auto bar_at = [&](int st) { return smem_addr(&bars[st]); };
 
-  // A step's copies: for each matrix its kWStrips quant strips and its scales, then the
-  // activations' 8 q8 strips and 2 (s, Σq) strips. Copy k is issued by one lane of warp
-  // k mod kW (a copy's operands must be warp-uniform: copies from many lanes of one warp issue one
-  // after another). Rows past the matrix's end, tokens past n and blocks past the last read as
-  // zeros (never stored; the last chunk's missing classes are skipped). Thread 0 arms a stage's
-  // phase (its bytes) before the barrier after which the copies are issued.
-  constexpr int kWCopies = kMats * (L::kWStrips + 1);
-  static_assert(kWCopies + 10 <= 2 * kW);
+  // A step's copies: for each matrix its quants (one 3-D box) and its scales, then the
+  // activations' q8 (one 3-D box) and their 2 (s, Σq) strips. Copy k is issued by one lane of
+  // warp k, its parameters fixed for the kernel (a copy's operands must be warp-uniform: the warp
+  // index comes through a shuffle from lane 0, so that the compiler knows it is, and the copies
+  // take uniform registers without a loop over lanes). Rows past the matrix's end, tokens past n
+  // and blocks past the last read as zeros (never stored; the last chunk's missing classes are
+  // skipped). Thread 0 arms a stage's phase (its bytes) before the barrier after which the copies
+  // are issued.
+  constexpr int kWCopies = 2 * kMats, kCopies = kWCopies + 3;
+  static_assert(kCopies <= kW);
   constexpr uint32_t kTx = kStage;
   // Weights with the decode products' L2 policy; the activations, which every CTA reads, evict-normal.
-  const uint64_t pol = weight_policy(a.evict_first), pol_x = weight_policy(false);
-  auto copy = [&](int k, int st, const Cursor& cur) {
-    if (k < kWCopies) {
-      const int m = k / (L::kWStrips + 1), j = k % (L::kWStrips + 1);
-      if (j < L::kWStrips) {
-        tma_load(wq_at(st, m) + j * kR * kLine, &maps.wq[m], (cur.ch * L::kWStrips + j) * kLine,
-                 cur.row0, bar_at(st), pol);
-      } else {
-        tma_load(wd_at(st, m), &maps.wd[m], cur.ch * kChunk, cur.row0, bar_at(st), pol);
-      }
-    } else if (k < kWCopies + 8) {
-      const int j = k - kWCopies;
-      tma_load(xq_at(st) + j * kT * kLine, &maps.xq, (cur.ch * 8 + j) * kLine, 0, bar_at(st), pol_x);
-    } else if (k < kWCopies + 10) {
-      const int j = k - kWCopies - 8;
-      tma_load(xd_at(st) + j * kT * kLine, &maps.xd, (cur.ch * 2 + j) * 32, 0, bar_at(st), pol_x);
+  const int wu = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const bool copier = wu < kCopies, copies_w = wu < kWCopies;
+  const uint64_t pol = weight_policy(copies_w && a.evict_first);
+  const CUtensorMap* cmap = &maps.xd;
+  uint32_t cdst = 0;  // the box's offset in a stage
+  int cmul = 0, cadd = 0;  // its chunk coordinate: ch · cmul + cadd
+  bool c3 = false, crow = false;  // a 3-D box; at the tile's rows
+  if (copies_w) {
+    const int m = wu >> 1;
+    crow = true;
+    if ((wu & 1) == 0) {
+      cmap = &maps.wq[m], cdst = m * kWq, cmul = L::kWStrips, c3 = true;
+    } else {
+      cmap = &maps.wd[m], cdst = kMats * kWq + m * kWd, cmul = kChunk;
     }
-  };
-  // This warp's copies of step it (weights, activations or both).
+  } else if (wu == kWCopies) {
+    cmap = &maps.xq, cdst = kMats * (kWq + kWd), cmul = 8, c3 = true;
+  } else {
+    const int j = wu - kWCopies - 1;
+    cdst = kMats * (kWq + kWd) + kXq + j * kT * kLine, cmul = 64, cadd = 32 * j;
+  }
+  // This warp's copy of step it, if it is of the kind asked for (weights or activations).
   auto issue = [&](int it, const Cursor& cur, bool weights, bool acts) {
-    if (lane != 0) return;
-    const int st = it % kStages;
-#pragma unroll
-    for (int k = w; k < kWCopies + 10; k += kW) {
-      if (k < kWCopies ? weights : acts) copy(k, st, cur);
+    if (!copier || !(copies_w ? weights : acts) || !elect_one()) return;
+    const uint32_t dst = base + (it % kStages) * kStage + cdst, bar = bar_at(it % kStages);
+    const int y = crow ? cur.row0 : 0, z = cur.ch * cmul + cadd;
+    if (c3) {
+      tma_load3(dst, cmap, y, z, bar, pol);
+    } else {
+      tma_load(dst, cmap, z, y, bar, pol);
     }
   };
 
@@ -279,45 +315,47 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
   }
   Cursor tile = first;  // the compute step's
 
-  // Each thread's fragment offsets in a stage (the swizzles above; g is its rows' and its B
-  // tokens' index mod 8): class c = w + kW·ci.
-  // Its fragments' offsets in a stage, computed once (the swizzles above; g is its rows' and its
-  // B tokens' index mod 8). Class c = w + kW·ci: c % 8 = w % 8 and c % 4 = w % 4 for both, so the
-  // second class's quants and q8 are the first's plus a constant (c / 8 + 2 and c / 4 + 4 strips),
-  // its (s, Σq) one strip on (c / 16 = ci, c % 16 = w); its scales' piece (c / 8) ^ (g / 2)
-  // differs by more than a constant.
+  // Each lane's fragment addresses in a stage, computed once (the swizzles above). The quants and
+  // the q8 come by ldmatrix: lane L gives the address of row L % 8 of matrix L / 8, and gets back
+  // 4 bytes (row g, bytes 4q..4q + 3) of each matrix: a fragment's registers. Class c = w + kW·ci:
+  // c % 8 = w % 8 and c % 4 = w % 4 for both, so the second class's quants and q8 are the
+  // first's plus a constant (c / 8 + 2 and c / 4 + 4 strips), its (s, Σq) one strip on
+  // (c / 16 = ci, c % 16 = w); its scales' piece (c / 8) ^ (g / 2) differs by more than a
+  // constant.
+  //   Q4_0: a block is one 16-byte piece (c % 8) of strip c / 8; x4 gives the 32 rows
+  //     16mt + {0..7, 8..15} for mt = 2p, 2p + 1 (the rows g and g + 8 of two halves): row L.
+  //   Q8_0: a block is pieces 2(c % 4) and + 1 of strip c / 4; x4 gives one half's rows
+  //     {0..7, 8..15} × {low piece, high piece}: row L % 8 + 8·(L / 8 % 2), piece + L / 16.
+  //   q8: x2 gives tokens 0..7 × {low piece, high piece}: token L % 8, piece + L / 8 % 2.
   const int x0 = kMats * (kWq + kWd);  // the stage's q8, then (s, Σq), after the weights
-  int off_a0 = g * kLine + 4 * q +
-               (kQ8 ? (w >> 2) * kR * kLine + ((((w & 3) << 1) ^ g) << 4)
-                    : (w >> 3) * kR * kLine + (((w & 7) ^ g) << 4));
-  int off_a1 = kQ8 ? off_a0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4) : 0;
+  const int lr = lane & 7, li = lane >> 3;
+  int off_a;
+  if constexpr (kQ8) {
+    const int row = lr + 8 * (li & 1), piece = 2 * (w & 3) + (li >> 1);
+    off_a = (w >> 2) * kR * kLine + row * kLine + ((piece ^ lr) << 4);
+  } else {
+    off_a = (w >> 3) * kR * kLine + lane * kLine + (((w & 7) ^ lr) << 4);
+  }
   constexpr int kASecond = (kQ8 ? 4 : 2) * kR * kLine;  // the second class's quants
   int off_d[kCI];
 #pragma unroll
   for (int ci = 0; ci < kCI; ++ci) {
     off_d[ci] = kMats * kWq + g * 64 + (((((w >> 3) + 2 * ci) ^ (g >> 1)) & 3) << 4) + (w & 7) * 2;
   }
-  int off_b0 = x0 + (w >> 2) * kT * kLine + g * kLine + 4 * q + ((((w & 3) << 1) ^ g) << 4);
-  int off_b1 = off_b0 - ((((w & 3) << 1) ^ g) << 4) + (((((w & 3) << 1) | 1) ^ g) << 4);
+  int off_b = x0 + (w >> 2) * kT * kLine + lr * kLine + (((2 * (w & 3) + (li & 1)) ^ lr) << 4);
   constexpr int kBSecond = 4 * kT * kLine;
   const int xd_tok = 2 * q;  // its (s, Σq) tokens 8j + 2q and 8j + 2q + 1
   int off_s0 = x0 + kXq + xd_tok * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ xd_tok) << 4);
   int off_s1 = x0 + kXq + (xd_tok + 1) * kLine + (w & 1) * 8 + ((((w & 15) >> 1) ^ (xd_tok + 1)) << 4);
   constexpr int kSSecond = kT * kLine;
   // The compiler sinks these offsets into the step loop and recomputes them every step (~50
-  // instructions a step at 8 rows, against ~150 of loads and arithmetic): an opaque copy keeps
-  // them in registers. Up to 8 rows only, where the registers are there (the 9–32-row kernels
-  // sit at the 128-register cap).
-  if constexpr (kNT == 1) {
-    keep(off_a0);
-    keep(off_a1);
-    keep(off_b0);
-    keep(off_b1);
-    keep(off_s0);
-    keep(off_s1);
+  // instructions a step at 8 rows): an opaque copy keeps them in registers.
+  keep(off_a);
+  keep(off_b);
+  keep(off_s0);
+  keep(off_s1);
 #pragma unroll
-    for (int ci = 0; ci < kCI; ++ci) keep(off_d[ci]);
-  }
+  for (int ci = 0; ci < kCI; ++ci) keep(off_d[ci]);
   float acc[kMats][kMT][kCI][kNT][4] = {};
   for (int it = 0; it < total; ++it) {
     // Step it − 1 read by all: its stage takes step it + kStages − 1 (armed by thread 0 at the
@@ -334,6 +372,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
     // the warp reconverges here (else: illegal instruction).
     __syncwarp();
     const unsigned char* sw = smem + st * kStage;
+    const uint32_t sa = base + st * kStage;  // the same, as a shared-memory address
 #pragma unroll
     for (int ci = 0; ci < kCI; ++ci) {
       if (ch * kChunk + w + kW * ci >= nb) break;  // the last chunk's missing blocks (uniform per warp)
@@ -341,23 +380,32 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
       float dw[kMats][kMT][2];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
+        const uint32_t qa = sa + off_a + m * kWq + ci * kASecond;
+        if constexpr (kQ8) {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) ldsm4(qa + 16 * mt * kLine, af[m][mt]);
+        } else {
+          // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
+#pragma unroll
+          for (int mp = 0; mp < kMT; mp += 2) {
+            uint32_t r[4];
+            if (mp + 1 < kMT) {
+              ldsm4(qa + 16 * mp * kLine, r);
+            } else {
+              ldsm2(qa + 16 * mp * kLine, r[0], r[1]);
+            }
+#pragma unroll
+            for (int h = 0; h < 2 && mp + h < kMT; ++h) {
+              const uint32_t lo = r[2 * h], hi = r[2 * h + 1];
+              af[m][mp + h][0] = lo & 0x0F0F0F0Fu;
+              af[m][mp + h][1] = hi & 0x0F0F0F0Fu;
+              af[m][mp + h][2] = (lo >> 4) & 0x0F0F0F0Fu;
+              af[m][mp + h][3] = (hi >> 4) & 0x0F0F0F0Fu;
+            }
+          }
+        }
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          const int rows = m * kWq + ci * kASecond + 16 * mt * kLine;
-          if constexpr (kQ8) {
-            af[m][mt][0] = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows);
-            af[m][mt][1] = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows + 8 * kLine);
-            af[m][mt][2] = *reinterpret_cast<const uint32_t*>(sw + off_a1 + rows);
-            af[m][mt][3] = *reinterpret_cast<const uint32_t*>(sw + off_a1 + rows + 8 * kLine);
-          } else {
-            // Byte j of a block holds weight j (low nibble) and j + 16 (high nibble).
-            const uint32_t lo = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows);
-            const uint32_t hi = *reinterpret_cast<const uint32_t*>(sw + off_a0 + rows + 8 * kLine);
-            af[m][mt][0] = lo & 0x0F0F0F0Fu;
-            af[m][mt][1] = hi & 0x0F0F0F0Fu;
-            af[m][mt][2] = (lo >> 4) & 0x0F0F0F0Fu;
-            af[m][mt][3] = (hi >> 4) & 0x0F0F0F0Fu;
-          }
           // Scales of rows 16mt + g and + 8.
           const __half* wd = reinterpret_cast<const __half*>(sw + off_d[ci] + m * kWd + 16 * mt * 64);
           dw[m][mt][0] = __half2float(wd[0]);
@@ -367,9 +415,8 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         if (8 * j >= nt) break;
-        const int tok = ci * kBSecond + 8 * j * kLine;
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(sw + off_b0 + tok);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(sw + off_b1 + tok);
+        uint32_t b0, b1;
+        ldsm2(sa + off_b + ci * kBSecond + 8 * j * kLine, b0, b1);
         const int dtok = ci * kSSecond + 8 * j * kLine;
         const Q8Ds ds0 = *reinterpret_cast<const Q8Ds*>(sw + off_s0 + dtok);
         const Q8Ds ds1 = *reinterpret_cast<const Q8Ds*>(sw + off_s1 + dtok);
@@ -477,31 +524,37 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 // way by shape: bench/results/cuda.md).
 constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 
-// The 2-D map of a dense row-major [dim1][dim0] array of `elem`-byte elements at p, read in boxes
-// of [box1][box0]. Maps are built once per array and shape (weights are fixed; the activations
-// live in a few fixed buffers) and kept: a launch copies them into its parameters.
-CUtensorMap tensor_map(const void* p, CUtensorMapDataType type, int elem, uint64_t dim0,
-                       uint64_t dim1, uint32_t box0, uint32_t box1, CUtensorMapSwizzle swizzle) {
-  using Key = std::tuple<const void*, int, uint64_t, uint64_t, uint32_t, uint32_t, int>;
+// The map of a dense array at p of `type`, `rank` (2 or 3) dimensions dims[] (the first
+// innermost, contiguous), the outer ones strides[] bytes apart, read in boxes box[]. A
+// 3-D map here reads a row's consecutive 128-byte strips as its third dimension (stride 128
+// bytes), so that one box brings a chunk's strips of many rows, strip after strip. Maps are built
+// once per array and shape (weights are fixed; the activations live in a few fixed buffers) and
+// kept: a launch copies them into its parameters.
+CUtensorMap tensor_map(const void* p, CUtensorMapDataType type, int rank,
+                       const uint64_t (&dims)[3], const uint64_t (&strides)[2],
+                       const uint32_t (&box)[3], CUtensorMapSwizzle swizzle) {
+  using Key = std::tuple<const void*, int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                         uint32_t, uint32_t, uint32_t, int>;
   static std::mutex mu;
   static std::map<Key, CUtensorMap> maps;
-  const Key key{p, static_cast<int>(type), dim0, dim1, box0, box1, static_cast<int>(swizzle)};
+  const Key key{p,        static_cast<int>(type), rank,   dims[0], dims[1], dims[2], strides[0],
+                strides[1], box[0], box[1], box[2], static_cast<int>(swizzle)};
   std::lock_guard<std::mutex> lock(mu);
   const auto it = maps.find(key);
   if (it != maps.end()) return it->second;
   CUtensorMap m;
-  const cuuint64_t dims[2] = {dim0, dim1};
-  const cuuint64_t strides[1] = {dim0 * elem};
-  const cuuint32_t box[2] = {box0, box1};
-  const cuuint32_t unit[2] = {1, 1};
-  const CUresult r = encode_tiled()(&m, type, 2, const_cast<void*>(p), dims, strides, box, unit,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                    kPromotion,
+  const cuuint64_t gdims[3] = {dims[0], dims[1], dims[2]};
+  const cuuint64_t gstrides[2] = {strides[0], strides[1]};
+  const cuuint32_t gbox[3] = {box[0], box[1], box[2]};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&m, type, rank, const_cast<void*>(p), gdims, gstrides, gbox,
+                                    unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, kPromotion,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "matmul_rows_mma: cuTensorMapEncodeTiled failed (%d) for [%llu][%llu] "
-                 "boxes [%u][%u]\n", static_cast<int>(r), static_cast<unsigned long long>(dim1),
-                 static_cast<unsigned long long>(dim0), box1, box0);
+    std::fprintf(stderr, "matmul_rows_mma: cuTensorMapEncodeTiled failed (%d) for a rank-%d map of "
+                 "[%llu][%llu][%llu] in boxes [%u][%u][%u]\n", static_cast<int>(r), rank,
+                 static_cast<unsigned long long>(dims[2]), static_cast<unsigned long long>(dims[1]),
+                 static_cast<unsigned long long>(dims[0]), box[2], box[1], box[0]);
     std::abort();
   }
   // Kept per array and shape: a model's matrices and a few activation buffers. Arrays freed
@@ -528,16 +581,19 @@ void launch_instance(const NArgs& a, cudaStream_t s) {
   }();
   const uint64_t nb = a.cols / 32, rows = static_cast<uint64_t>(a.rows);
   TmaMaps maps{};
+  const uint64_t row_bytes = nb * L::kQB;  // a row's quants (a multiple of 128: cols % 256 == 0)
   for (int m = 0; m < kMats; ++m) {
-    maps.wq[m] = tensor_map(a.q[m], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, nb * L::kQB, rows, kLine, kR,
-                            CU_TENSOR_MAP_SWIZZLE_128B);
-    maps.wd[m] = tensor_map(a.d[m], CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, nb, rows, kChunk, kR,
-                            CU_TENSOR_MAP_SWIZZLE_64B);
+    maps.wq[m] = tensor_map(a.q[m], CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
+                            {kLine, rows, row_bytes / kLine}, {row_bytes, kLine},
+                            {kLine, kR, L::kWStrips}, CU_TENSOR_MAP_SWIZZLE_128B);
+    maps.wd[m] = tensor_map(a.d[m], CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, {nb, rows, 1},
+                            {nb * 2, 0}, {kChunk, kR, 1}, CU_TENSOR_MAP_SWIZZLE_64B);
   }
-  maps.xq = tensor_map(a.xq.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.cols, a.n, kLine, kT,
-                       CU_TENSOR_MAP_SWIZZLE_128B);
-  maps.xd = tensor_map(a.xq.ds, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 2 * nb, a.n, kLine / 4, kT,
-                       CU_TENSOR_MAP_SWIZZLE_128B);
+  const uint64_t cols = static_cast<uint64_t>(a.cols), n = static_cast<uint64_t>(a.n);
+  maps.xq = tensor_map(a.xq.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, {kLine, n, cols / kLine},
+                       {cols, kLine}, {kLine, kT, 8}, CU_TENSOR_MAP_SWIZZLE_128B);
+  maps.xd = tensor_map(a.xq.ds, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, {2 * nb, n, 1},
+                       {2 * nb * 4, 0}, {kLine / 4, kT, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
   const int64_t tiles = (a.rows + kR - 1) / kR;
   launch(kernel, static_cast<unsigned>(std::min<int64_t>(tiles, resident)), kThreads, kSmem, s, a,
          maps);
