@@ -65,21 +65,6 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, float (&out)[k
   }
 }
 
-// The key range [kb, ke) of one split for the decode query at pos0 (n = 1): the visible range
-// cut into n_splits chunks of at least kSplitMinKeys keys.
-struct SplitRange {
-  int kb, ke;
-};
-__device__ __forceinline__ SplitRange decode_split_range(const AttnArgs& a, int split) {
-  const int p = a.sp->pos0;
-  const int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
-  const int len = p + 1 - lo;
-  int chunk = (len + a.n_splits - 1) / a.n_splits;
-  chunk = chunk < kSplitMinKeys ? kSplitMinKeys : chunk;
-  const int kb = lo + split * chunk;
-  return {kb, min(p + 1, kb + chunk)};
-}
-
 // This decode block's key range [kb, ke) (its split's) and its tiles of kKeys keys. Reads only
 // the step's position (copied from the host before the graph), so it may run before pdl_wait.
 template <int kKeys>
@@ -170,6 +155,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnAr
   for (int h = 0; h < kHPW; ++h) heads[h] = g * r + (wide ? warp + kDecWarps * h : warp % r);
   int kb, ke, n_tiles;  // keys [kb, ke)
   decode_block_range<kKT>(a, split, kb, ke, n_tiles);
+  if (kRows && n_tiles == 0) return;  // a rows pass's empty split: no part (the merge skips it)
   const unsigned char* kc = static_cast<const unsigned char*>(a.k_cache) +
                             static_cast<int64_t>(g) * a.n_slots * kRow;
   const unsigned char* vc = static_cast<const unsigned char*>(a.v_cache) +
@@ -537,6 +523,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma_kernel
   const int qr = lane >> 2, qc = 2 * (lane & 3);  // fragment row and column pair
   int kb, ke, n_tiles;  // keys [kb, ke)
   decode_block_range<kMmaKeys>(a, split, kb, ke, n_tiles);
+  if (kRows && n_tiles == 0) return;  // a rows pass's empty split: no part (the merge skips it)
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   auto load_stage = [&](int stage, int tile) {
@@ -667,6 +654,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 1) attention_decode_mma2_kerne
   const int qr = lane >> 2, qc = 2 * (lane & 3);
   int kb, ke, n_tiles;  // keys [kb, ke)
   decode_block_range<kMma2Keys>(a, split, kb, ke, n_tiles);
+  if (kRows && n_tiles == 0) return;  // a rows pass's empty split: no part (the merge skips it)
 
   const __half* kc = static_cast<const __half*>(a.k_cache) + static_cast<int64_t>(g) * a.n_slots * D;
   const __half* vc = static_cast<const __half*>(a.v_cache) + static_cast<int64_t>(g) * a.n_slots * D;

@@ -17,7 +17,8 @@ namespace {
 // memory. (One thread per element over every split was a chain of ~n_splits/4 dependent loads:
 // tens of µs at 264 splits; one element a thread over 4 split groups kept a quarter of these
 // loads in flight and was 0.7-0.8 % slower.) The split weights are computed once per block into
-// shared memory; empty splits are never read.
+// shared memory; empty splits are never read (a rows pass's past the visible keys not even their
+// l).
 constexpr int kMergeThreads = 256;
 constexpr int kMergeLoads = 8;  // loads in flight per thread
 // A rows pass (kRows): block x is row z of the pass (row_view: its parts and output row).
@@ -35,9 +36,18 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   const int d0 = blockIdx.z * dchunk;
   const int ns = a.n_splits;
   const float* part = a.part + (static_cast<int64_t>(t) * a.n_heads + j) * ns * stride;
+  // A rows pass's splits from decode_busy_splits on are empty and wrote no part: l = 0, as their
+  // parts had.
+  [[maybe_unused]] const int busy = kRows ? decode_busy_splits(a) : ns;
+  auto part_l = [&](int sp) {
+    if constexpr (kRows) {
+      if (sp >= busy) return 0.0f;
+    }
+    return part[sp * stride + 1];
+  };
   float mx = -INFINITY;
   for (int sp = threadIdx.x; sp < ns; sp += blockDim.x) {
-    if (part[sp * stride + 1] > 0.0f) mx = fmaxf(mx, part[sp * stride]);
+    if (part_l(sp) > 0.0f) mx = fmaxf(mx, part[sp * stride]);
   }
   mx = warp_max(mx);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
@@ -46,7 +56,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttnArgs
   for (int k = 0; k < (static_cast<int>(blockDim.x) >> 5); ++k) mx = fmaxf(mx, red[k]);
   float lsum = 0.0f;
   for (int sp = threadIdx.x; sp < ns; sp += blockDim.x) {
-    const float l = part[sp * stride + 1];
+    const float l = part_l(sp);
     const float ws = l > 0.0f ? expf(part[sp * stride] - mx) : 0.0f;
     w[sp] = ws;
     lsum += l * ws;
