@@ -537,7 +537,7 @@ CUtensorMap tensor_map(const void* p, CUtensorMapDataType type, int rank,
                          uint32_t, uint32_t, uint32_t, int>;
   static std::mutex mu;
   static std::map<Key, CUtensorMap> maps;
-  const Key key{p,        static_cast<int>(type), rank,   dims[0], dims[1], dims[2], strides[0],
+  const Key key{p, static_cast<int>(type), rank, dims[0], dims[1], dims[2], strides[0],
                 strides[1], box[0], box[1], box[2], static_cast<int>(swizzle)};
   std::lock_guard<std::mutex> lock(mu);
   const auto it = maps.find(key);
