@@ -390,11 +390,32 @@ void check_case(const Case& c, const std::vector<int>& splits = {0}) {
   // every n (where the rule takes dp4a).
   if (c.up && w.type != DType::kQ4_0) return;
   Dev<float> drows(static_cast<size_t>(n) * R);
+  // The gated form's q8 copy of its output (the down product's input) against quantize_q8 of
+  // matvec's, byte for byte.
+  Dev<int8_t> dgq(static_cast<size_t>(n) * R), dmvq(static_cast<size_t>(n) * R);
+  Dev<cuda::Q8Ds> dgds(static_cast<size_t>(n) * R / 32), dmvds(static_cast<size_t>(n) * R / 32);
+  const bool gq = c.up && R % 32 == 0;
+  if (gq) {
+    cuda::quantize_q8(dmv.p, n, static_cast<int>(R), cuda::Q8Act{dmvq.p, dmvds.p}, nullptr);
+  }
   for (const bool mma : {false, true}) {
     drows.poison();
+    if (gq) {
+      ASSERT_EQ(cudaMemset(dgq.p, 0x7f, static_cast<size_t>(n) * R), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dgds.p, 0x7f, sizeof(cuda::Q8Ds) * n * R / 32), cudaSuccess);
+    }
     cuda::matmul_rows_variant(mma, w.m, c.up ? &c.up->m : nullptr, dx.p, xq, n, drows.p,
-                              c.up ? 0.0f : c.cap, nullptr);
+                              c.up ? 0.0f : c.cap, nullptr, cuda::kDefaultTuning,
+                              gq ? cuda::Q8Act{dgq.p, dgds.p} : cuda::Q8Act{});
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (gq) {
+      const std::vector<int8_t> a = dgq.get(), b = dmvq.get();
+      const std::vector<cuda::Q8Ds> ad = dgds.get(), bd = dmvds.get();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0)
+          << c.name << " n=" << n << (mma ? " (tensor cores)" : "") << ": q8 of the gated rows";
+      EXPECT_EQ(std::memcmp(ad.data(), bd.data(), ad.size() * sizeof(cuda::Q8Ds)), 0)
+          << c.name << " n=" << n << (mma ? " (tensor cores)" : "") << ": (s, sum q) of the gated rows";
+    }
     const std::vector<float> yr = drows.get();
     const char* what = mma ? "matmul_rows (tensor cores)" : "matmul_rows";
     int diff = 0;

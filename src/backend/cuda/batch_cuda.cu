@@ -32,7 +32,7 @@
 
 namespace gem::cuda {
 
-void CudaBackend::rows_pass(int n, bool head) {
+void CudaBackend::rows_pass(int n, RowsHead head) {
   // Group the rows by decode bucket (stable): one attention launch per group per layer.
   std::vector<int> bucket(n);
   for (int i = 0; i < n; ++i) bucket[i] = decode_bucket(rows_host_[i].pos0);
@@ -60,7 +60,7 @@ void CudaBackend::rows_pass(int n, bool head) {
   // The launches depend only on the buckets in pass order and the head: one graph per such key.
   std::vector<int> key(order.size() + 1);
   for (int j = 0; j < n; ++j) key[j] = bucket[order[j]];
-  key[n] = head ? 1 : 0;
+  key[n] = static_cast<int>(head);
   auto it = rows_graphs_.find(key);
   if (it == rows_graphs_.end()) {
     if (rows_graphs_.size() >= 64) {
@@ -79,7 +79,7 @@ void CudaBackend::rows_pass(int n, bool head) {
   GEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
 }
 
-void CudaBackend::forward_rows(int n, bool head) {
+void CudaBackend::forward_rows(int n, RowsHead head) {
   const int E = cfg_.n_embd;
   if (profiler_ != nullptr) {
     prof_marks_.clear();
@@ -93,8 +93,14 @@ void CudaBackend::forward_rows(int n, bool head) {
   for (int i = 0; i < cfg_.n_layers; ++i) {
     layer_rows(model_.plan[i], layers_[i], n, i + 1 == cfg_.n_layers);
   }
-  if (head) {
+  if (head == RowsHead::kAll) {
     cuda::matmul_rows(embd_, h_, hq_, n, logits_dev_, cfg_.final_logit_softcap, stream_, tuning_);
+    mark(Stage::kHead, -1);
+  } else if (head == RowsHead::kLast) {
+    const size_t last = static_cast<size_t>(n - 1) * E;
+    const cuda::Q8Act lq{hq_.q + last, hq_.ds + last / 32};
+    cuda::matmul_rows(embd_, h_ + last, lq, 1, logits_dev_, cfg_.final_logit_softcap, stream_,
+                      tuning_);
     mark(Stage::kHead, -1);
   }
 }
@@ -130,18 +136,20 @@ void CudaBackend::layer_rows(const model::LayerPlan& p, const DevLayer& L, int n
   mark(Stage::kAttnOut, p.layer);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t, true);
   mark(Stage::kEpilogue, p.layer);
+  const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
-    cuda::matmul_rows_gated(L.gate, L.up, hq_, n, g_, stream_, t);
+    // With the down product's q8 input (gq_), as layer_decode's quantize_q8 makes it.
+    cuda::matmul_rows_gated(L.gate, L.up, hq_, n, g_, down_q8 ? gq_ : Q8Act{}, stream_, t);
     mark(Stage::kFfnGateUp, p.layer);
   } else {
     gate_up_by_row(L, n);  // layer_decode's separate products (matvec), row by row
     mark(Stage::kFfnGateUp, p.layer);
     cuda::gelu_mul(gu_, n, F, g_, stream_);
     mark(Stage::kGelu, p.layer);
-  }
-  if (L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0) {
-    cuda::quantize_q8(g_, n, F, gq_, stream_);
-    mark(Stage::kGelu, p.layer);
+    if (down_q8) {
+      cuda::quantize_q8(g_, n, F, gq_, stream_);
+      mark(Stage::kGelu, p.layer);
+    }
   }
   cuda::matmul_rows(L.down, g_, gq_, n, a_, 0.0f, stream_, t);
   mark(Stage::kFfnDown, p.layer);
@@ -163,7 +171,7 @@ Status CudaBackend::eval_run(int slot, std::span<const BatchRow> rows, std::span
       for (int i = 0; i < n; ++i) rows_host_[i] = cuda::RowParams{past_[slot] + i, slot, i, 0};
       bool any = false;
       for (int i = 0; i < n; ++i) any = any || rank[done + i] >= 0;
-      rows_pass(n, any);
+      rows_pass(n, any ? RowsHead::kAll : RowsHead::kNone);
       for (int i = 0; i < n; ++i) {
         if (rank[done + i] < 0) continue;
         GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(rank[done + i]) * V,
@@ -258,7 +266,7 @@ Status CudaBackend::eval_batch(std::span<const BatchRow> rows) {
     // Profiled (gem profile --parallel): the pass runs eagerly with its stage marks; collected
     // after the synchronisation below, as eval() collects a tile's.
     if (profiler_ != nullptr) GEM_CUDA_CHECK(cudaEventRecord(prof_events_[0], stream_));
-    rows_pass(n, any);
+    rows_pass(n, any ? RowsHead::kAll : RowsHead::kNone);
     if (keep_hidden_) {
       std::vector<int> ranks(n);
       for (int j = 0; j < n; ++j) ranks[j] = rank[pending[j]];

@@ -118,9 +118,12 @@ class CudaBackend final : public Backend {
   // step_host_[1..n]) each computed exactly as its slot's decode step computes it — the decode
   // products' arithmetic (matmul_rows), every row's K/V stored into its slot first, then the
   // decode attention per row over its slot's cache with the splits and form of its position's
-  // decode graph. Enqueued, not synchronised; with `head`, every row's logits in logits_dev_.
-  void rows_pass(int n, bool head);
-  void forward_rows(int n, bool head);
+  // decode graph. Enqueued, not synchronised; the head: none, every row's logits in logits_dev_
+  // (kAll), or only the last row's, at logits_dev_'s first row (kLast: a prompt's tile; the same
+  // logits, the head's product of one row being that row's in any pass, bit for bit).
+  enum class RowsHead { kNone, kLast, kAll };
+  void rows_pass(int n, RowsHead head);
+  void forward_rows(int n, RowsHead head);
   void layer_rows(const model::LayerPlan& p, const DevLayer& L, int n, bool last);
   // One slot's run of tokens through the tile path (eval_batch's long runs), rows kept at their
   // logit ranks in logits_host_ (rank[i] < 0: not kept).

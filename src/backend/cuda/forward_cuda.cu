@@ -600,14 +600,15 @@ Status CudaBackend::eval(std::span<const int32_t> tokens, bool all_logits,
     if (last_tile) logits_last_dev_ = logits_dev_;
     if (as_rows) {
       for (int i = 0; i < n; ++i) rows_host_[i] = cuda::RowParams{past_[0] + i, 0, i, 0};
-      rows_pass(n, all_logits || last_tile);  // copies the step's tokens itself
+      // Copies the step's tokens itself; a prompt's last tile takes only its last row's logits.
+      rows_pass(n, all_logits ? RowsHead::kAll : last_tile ? RowsHead::kLast : RowsHead::kNone);
       prof_step_marks_ = &prof_marks_;
       if (all_logits) {
         GEM_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + static_cast<size_t>(done) * V,
                                        logits_dev_, static_cast<size_t>(n) * V * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream_));
       } else if (last_tile) {
-        logits_last_dev_ = logits_dev_ + static_cast<size_t>(n - 1) * V;
+        logits_last_dev_ = logits_dev_;  // the last row's, alone (RowsHead::kLast)
       }
     } else if (n == 1 && profiler_ != nullptr) {
       prof_decode();

@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/matmul_n_parts.cuh"
 #include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm.cuh"
 #include "base/check.h"
 
 namespace gem::cuda {
@@ -75,6 +76,7 @@ void in_groups(const mmn::NArgs& a, int group, F&& launch_group) {
     if (a.xq.q) g.xq.q = a.xq.q + t0 * cols;
     if (a.xq.ds) g.xq.ds = a.xq.ds + t0 * cols / 32;
     g.y = a.y + t0 * a.rows;
+    if (a.yq.q) g.yq = Q8Act{a.yq.q + t0 * a.rows, a.yq.ds + t0 * a.rows / 32};
     launch_group(g);
   }
 }
@@ -213,33 +215,42 @@ constexpr int kRowsDp4aMaxN = 2;
 // The rows pass's Q4_0/Q8_0 products: the tensor-core kernel (matmul_rows_mma.cu) from
 // kRowsDp4aMaxN + 1 rows (from 2 when `mma`) where its shape and alignment rules hold, else dp4a;
 // both are matvec's arithmetic.
+// With a.yq set (the gated pair), y's q8 copy as well: from the tensor-core kernel where it
+// writes it, else by quantize_q8 after it.
 void run_rows(mmn::NArgs a, const DevMatrix& w, bool gated, bool mma, cudaStream_t s) {
+  bool q8_done = false;
   if ((mma || a.n > kRowsDp4aMaxN) && mmn::rows_mma_supports(a)) {
-    in_groups(a, mmn::kRowsMmaMaxN, [&](const mmn::NArgs& g) { mmn::launch_rows_mma(g, s); });
-    return;
+    q8_done = a.yq.q != nullptr;
+    in_groups(a, mmn::kRowsMmaMaxN,
+              [&](const mmn::NArgs& g) { q8_done = mmn::launch_rows_mma(g, s) && q8_done; });
+  } else {
+    a.form = rows_form(w, std::min(a.n, mmn::kDp4aMaxN), gated);
+    run(MatmulNKernel::kDp4a, 0, a, s);
   }
-  a.form = rows_form(w, std::min(a.n, mmn::kDp4aMaxN), gated);
-  run(MatmulNKernel::kDp4a, 0, a, s);
+  if (a.yq.q && !q8_done) quantize_q8(a.y, a.n, static_cast<int>(a.rows), a.yq, s);
 }
 
 }  // namespace
 
 void matmul_rows_variant(bool mma, const DevMatrix& w, const DevMatrix* up, const float* x,
                          Q8Act xq, int n, float* y, float cap, cudaStream_t s,
-                         const CudaTuning& t) {
+                         const CudaTuning& t, Q8Act yq) {
   if (up) {
     GEM_CHECK(w.type == WType::kQ4_0 && up->type == WType::kQ4_0 && up->rows == w.rows &&
                   up->cols == w.cols,
               "matmul_rows_gated: gate and up must be Q4_0 of one shape");
     if (n == 1) {
       matvec_gated(w, *up, xq, 1, y, s, t);
+      if (yq.q) quantize_q8(y, 1, static_cast<int>(w.rows), yq, s);
       return;
     }
   } else if (n == 1 || !split_type(w.type)) {
     matvec(w, x, xq, n, y, cap, s, t);  // the decode kernel (over n tokens for Q6_K and F32)
     return;
   }
-  run_rows(args_of(w, up, x, xq, n, y, cap, t), w, up != nullptr, mma, s);
+  mmn::NArgs a = args_of(w, up, x, xq, n, y, cap, t);
+  if (up) a.yq = yq;
+  run_rows(a, w, up != nullptr, mma, s);
 }
 
 void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
@@ -248,8 +259,8 @@ void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, 
 }
 
 void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
-                       cudaStream_t s, const CudaTuning& t) {
-  matmul_rows_variant(false, gate, &up, nullptr, xq, n, g, 0.0f, s, t);
+                       Q8Act gq, cudaStream_t s, const CudaTuning& t) {
+  matmul_rows_variant(false, gate, &up, nullptr, xq, n, g, 0.0f, s, t, gq);
 }
 
 bool matmul_n_reads_q8(const DevMatrix& w, int n, bool gated) {

@@ -28,11 +28,12 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
 // on the tensor cores: matmul_rows_mma.cu; 2 rows, or where its shape rules fail, dp4a in groups
 // of 8) or 16 rows (Q6_K and F32: matvec's kernel over several tokens).
 // matmul_rows reads both x and xq; matmul_rows_gated only xq (Q4_0 gate and up, as
-// matvec_gated).
+// matvec_gated), and with gq set also writes g's q8 copy (as quantize_q8 makes it from g: the
+// down product's input; its 32-row tiles of up to 16 rows write it themselves).
 void matmul_rows(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
                  cudaStream_t s, const CudaTuning& t = kDefaultTuning);
 void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int n, float* g,
-                       cudaStream_t s, const CudaTuning& t = kDefaultTuning);
+                       Q8Act gq, cudaStream_t s, const CudaTuning& t = kDefaultTuning);
 
 // True when matmul_n (gated = false) or matmul_n_gated (w the gate) reads the q8 copy xq for
 // this weight and n, false when it reads the f32 x.
@@ -59,9 +60,10 @@ int matmul_n_forms(MatmulNKernel k);
 bool matmul_n_supports(MatmulNKernel k, const DevMatrix& w);
 // matmul_rows (up == nullptr) or matmul_rows_gated (w the gate); mma: the tensor-core kernel for
 // every n ≥ 2 where it applies (else the production rule: dp4a for the fewest rows).
+// yq: the gated form's q8 copy of y (as matmul_rows_gated's gq), or none.
 void matmul_rows_variant(bool mma, const DevMatrix& w, const DevMatrix* up, const float* x,
                          Q8Act xq, int n, float* y, float cap, cudaStream_t s,
-                         const CudaTuning& t = kDefaultTuning);
+                         const CudaTuning& t = kDefaultTuning, Q8Act yq = {});
 // matmul_n (up == nullptr) or matmul_n_gated (w the gate) on a given variant.
 void matmul_n_variant(const MatmulNVariant& v, const DevMatrix& w, const DevMatrix* up,
                       const float* x, Q8Act xq, int n, float* y, float cap, cudaStream_t s,

@@ -24,6 +24,7 @@ struct NArgs {
   Q8Act xq;                  // its q8 copy: the dp4a kernel's input
   int n = 0;                 // tokens
   float* y = nullptr;        // [n, rows]
+  Q8Act yq;                  // the rows pass's gated form: y's q8 copy too, where the kernel can
   float cap = 0.0f;          // > 0: soft-cap (one matrix only)
   bool evict_first = true;   // CudaTuning::mv_evict_first
   bool preload = true;       // CudaTuning::mv_preload
@@ -49,9 +50,12 @@ int launch_mma_q6_k(const NArgs& a, int split, cudaStream_t s);
 // The rows pass's tensor-core kernel (matmul_rows_mma.cu) for 1 ≤ a.n ≤ kRowsMmaMaxN: Q4_0 or
 // Q8_0 (gated: Q4_0), cols a multiple of 256, 16-byte aligned weights, scales and q8 rows
 // (rows_mma_supports). Each token's row equals matvec's bit for bit.
+// With a.yq set (the gated pair, rows a multiple of 32) the kernels of up to 16 rows also write
+// y's q8 copy, each 32-row block of a token as quantize_q8 makes it from the same values; returns
+// whether this launch wrote it.
 constexpr int kRowsMmaMaxN = 32;
 bool rows_mma_supports(const NArgs& a);
-void launch_rows_mma(const NArgs& a, cudaStream_t s);
+bool launch_rows_mma(const NArgs& a, cudaStream_t s);
 
 // Weight loads: weight_loads.cuh (weight_policy, ld_w128/32/16), found from this namespace.
 

@@ -444,8 +444,9 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
     }
 
     // The tile is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1: level 16
-    // pairs this warp's classes (w, w + 16), levels 8 to 1 the warps' sums. (The previous tile's
-    // reads of `red` ended before this step's __syncthreads.)
+    // pairs this warp's classes (w, w + 16), levels 8 to 1 the warps' sums, a row a lane (`red`
+    // is [warp][mat][token][row]). (The previous tile's reads of `red` ended before this step's
+    // __syncthreads.)
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -457,7 +458,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
             float(&v)[kCI][kNT][4] = acc[m][mt];
             const float s2 = pair_sum(v[0][j][e], v[1][j][e]);
             const int r = 16 * mt + g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-            red[((w * kMats + m) * kR + r) * kT + t] = s2;
+            red[((w * kMats + m) * kT + t) * kR + r] = s2;
 #pragma unroll
             for (int ci = 0; ci < kCI; ++ci) v[ci][j][e] = 0.0f;
           }
@@ -465,29 +466,35 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
       }
     }
     __syncthreads();
+    // The gated pair's q8 copy where a warp holds a whole 32-row block of one token (32-row
+    // tiles; the host asks only when the rows are a multiple of 32, so no row of a tile is past
+    // the matrix).
+    const bool q8_out = kMats == 2 && kR % 32 == 0 && a.yq.q != nullptr;
     for (int o = tid; o < kR * nt; o += kW * 32) {
-      const int r = o / nt, t = o % nt;
+      const int t = o / kR, r = o % kR;
       float v[kMats];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
         float sw8[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          sw8[k] = pair_sum(red[((k * kMats + m) * kR + r) * kT + t],
-                            red[(((k + 8) * kMats + m) * kR + r) * kT + t]);
+          sw8[k] = pair_sum(red[((k * kMats + m) * kT + t) * kR + r],
+                            red[(((k + 8) * kMats + m) * kT + t) * kR + r]);
         }
         const float s3_0 = pair_sum(sw8[0], sw8[4]), s3_1 = pair_sum(sw8[1], sw8[5]);
         const float s3_2 = pair_sum(sw8[2], sw8[6]), s3_3 = pair_sum(sw8[3], sw8[7]);
         v[m] = pair_sum(pair_sum(s3_0, s3_2), pair_sum(s3_1, s3_3));
       }
-      if (tile.row0 + r >= a.rows) continue;
       float out;
       if constexpr (kMats == 2) {
         out = gelu_tanh(v[0]) * v[1];
       } else {
         out = a.cap > 0.0f ? a.cap * tanhf(v[0] / a.cap) : v[0];
       }
-      a.y[static_cast<int64_t>(t) * a.rows + tile.row0 + r] = out;
+      const int64_t at = static_cast<int64_t>(t) * a.rows + tile.row0 + r;
+      if (q8_out) q8_block_out(out, a.yq.q + (at & ~int64_t{31}), a.yq.ds + at / 32, r & 31);
+      if (tile.row0 + r >= a.rows) continue;
+      a.y[at] = out;
     }
     tile.advance(n_chunks, stride, kR);
   }
@@ -566,7 +573,7 @@ CUtensorMap tensor_map(const void* p, CUtensorMapDataType type, int rank,
 
 // The persistent grid: as many CTAs as fit on the device at once, at most one per tile.
 template <bool kQ8, int kMats, int kNT, int kMT>
-void launch_instance(const NArgs& a, cudaStream_t s) {
+bool launch_instance(NArgs a, cudaStream_t s) {
   using L = Layout<kQ8>;
   constexpr int kSmem = L::template smem_bytes<kMats, kNT, kMT>();
   static_assert(kSmem + 64 <= 227 * 1024);
@@ -595,8 +602,11 @@ void launch_instance(const NArgs& a, cudaStream_t s) {
   maps.xd = tensor_map(a.xq.ds, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, {2 * nb, n, 1},
                        {2 * nb * 4, 0}, {kLine / 4, kT, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
   const int64_t tiles = (a.rows + kR - 1) / kR;
+  const bool q8_out = kMats == 2 && kR % 32 == 0 && a.yq.q != nullptr && a.rows % 32 == 0;
+  if (!q8_out) a.yq = Q8Act{};
   launch(kernel, static_cast<unsigned>(std::min<int64_t>(tiles, resident)), kThreads, kSmem, s, a,
          maps);
+  return q8_out;
 }
 
 // 64-row tiles where they take no more waves of rows than 32-row tiles: each weight byte then
@@ -610,23 +620,23 @@ bool wide_tiles_fill(int64_t rows) {
 
 // The shapes by rows (the file's opening comment).
 template <bool kQ8, int kMats>
-void launch_n(const NArgs& a, cudaStream_t s) {
+bool launch_n(const NArgs& a, cudaStream_t s) {
   if (a.n <= 8) {
     if constexpr (kMats == 1) {
       if (wide_tiles_fill(a.rows)) return launch_instance<kQ8, kMats, 1, 4>(a, s);
     }
-    launch_instance<kQ8, kMats, 1, 2>(a, s);
+    return launch_instance<kQ8, kMats, 1, 2>(a, s);
   } else if (a.n <= 16) {
     // Q4_0 alone takes 64-row tiles by the same rule (Q8_0's would not fit shared memory; the
     // gated pair's accumulators would not fit the registers, and its 16-row tiles lose).
     if constexpr (kMats == 1 && !kQ8) {
       if (wide_tiles_fill(a.rows)) return launch_instance<kQ8, kMats, 2, 4>(a, s);
     }
-    launch_instance<kQ8, kMats, 2, 2>(a, s);
+    return launch_instance<kQ8, kMats, 2, 2>(a, s);
   } else if constexpr (kMats == 1) {
-    launch_instance<kQ8, kMats, 4, 2>(a, s);
+    return launch_instance<kQ8, kMats, 4, 2>(a, s);
   } else {
-    launch_instance<kQ8, kMats, 4, 1>(a, s);
+    return launch_instance<kQ8, kMats, 4, 1>(a, s);
   }
 }
 
@@ -641,15 +651,17 @@ bool rows_mma_supports(const NArgs& a) {
          aligned16(a.xq.ds);
 }
 
-void launch_rows_mma(const NArgs& a, cudaStream_t s) {
+bool launch_rows_mma(const NArgs& a, cudaStream_t s) {
+  bool q8 = false;
   if (a.type == WType::kQ8_0) {
-    launch_n<true, 1>(a, s);
+    q8 = launch_n<true, 1>(a, s);
   } else if (a.n_mats == 2) {
-    launch_n<false, 2>(a, s);
+    q8 = launch_n<false, 2>(a, s);
   } else {
-    launch_n<false, 1>(a, s);
+    q8 = launch_n<false, 1>(a, s);
   }
   GEM_CUDA_LAUNCHED();
+  return q8;
 }
 
 }  // namespace gem::cuda::mmn
