@@ -445,8 +445,12 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
 
     // The tile is done. warp_sum's butterfly pairs class c with c + 16, then + 8, 4, 2, 1: level 16
     // pairs this warp's classes (w, w + 16), levels 8 to 1 the warps' sums, a row a lane (`red`
-    // is [warp][mat][token][row]). (The previous tile's reads of `red` ended before this step's
-    // __syncthreads.)
+    // is [warp][mat][token][row], row r of token t at r ^ (8·(t / 2) mod kR): a fragment's
+    // tokens 2q and 2q + 1 then put the lanes' rows on different banks). (The previous tile's
+    // reads of `red` ended before this step's __syncthreads.)
+    auto red_at = [&](int k, int m, int t, int r) {
+      return ((k * kMats + m) * kT + t) * kR + (r ^ ((8 * (t >> 1)) & (kR - 8)));
+    };
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
@@ -458,7 +462,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
             float(&v)[kCI][kNT][4] = acc[m][mt];
             const float s2 = pair_sum(v[0][j][e], v[1][j][e]);
             const int r = 16 * mt + g + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-            red[((w * kMats + m) * kT + t) * kR + r] = s2;
+            red[red_at(w, m, t, r)] = s2;
 #pragma unroll
             for (int ci = 0; ci < kCI; ++ci) v[ci][j][e] = 0.0f;
           }
@@ -478,8 +482,7 @@ __global__ void __launch_bounds__(kW * 32, 1) rows_mma_kernel(NArgs a, const __g
         float sw8[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          sw8[k] = pair_sum(red[((k * kMats + m) * kT + t) * kR + r],
-                            red[(((k + 8) * kMats + m) * kT + t) * kR + r]);
+          sw8[k] = pair_sum(red[red_at(k, m, t, r)], red[red_at(k + 8, m, t, r)]);
         }
         const float s3_0 = pair_sum(sw8[0], sw8[4]), s3_1 = pair_sum(sw8[1], sw8[5]);
         const float s3_2 = pair_sum(sw8[2], sw8[6]), s3_3 = pair_sum(sw8[3], sw8[7]);
