@@ -56,7 +56,8 @@ std::set<std::string> stages_of(const runtime::PassProfile& p, runtime::StageSco
 
 // Stages every CUDA pass marks for each layer kind (decode and the rows pass of a batched step:
 // no kv_write, the prologue writes the K/V; gelu is the q8 quantisation of Q4_0's ffn_down, which
-// a rows pass's gate|up product writes itself).
+// a rows pass's gate|up product writes itself: the batched step and the verification here, while
+// the tile passes checked here, 1 and 32 rows, are the decode step and the n-token products).
 void check_stages(const runtime::PassProfile& p) {
   SCOPED_TRACE("rows " + std::to_string(p.rows));
   std::vector<std::string> want = {"qkv",      "rope",        "attention", "attn_out",
