@@ -3,12 +3,15 @@
 // threads. Weights are random but valid; several copies are cycled so decode reads from DRAM.
 // Usage: gem_cpu_matmul_bench [--threads N] [--quick] [--hot] [--only attn_k/Q4_0] [--no-bw]
 //        [--reps N] (best of N prefill passes; decode is best of max(9, N)) [--file-layout]
+//        [--tokens 1,8,128,512] (token counts; default 1,128,512; counts up to 16 — decode,
+//        batched rows, speculative verification — read their weights from DRAM as decode does)
 // Q4_0/Q8_0 shapes run on the packed layout (packed.h) as the backend does, and also on the
 // file's layout with --file-layout or GEM_CPU_REPACK=0. GEM_CPU_ISA=avx2 forces that path.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <random>
@@ -99,7 +102,8 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int reps, bool pack) {
+void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int reps, bool pack,
+                 const std::vector<int>& tokens) {
   std::mt19937_64 rng(1);
   const Matrix one = make_matrix(s.type, s.rows, s.cols, rng);
   const double w_bytes = static_cast<double>(one.bytes.size());
@@ -122,18 +126,20 @@ void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int rep
   if (pack && packs.empty()) return;
   auto packed_of = [&](size_t i) { return packs.empty() ? nullptr : &packs[i].view; };
   std::normal_distribution<float> n(0.0f, 1.0f);
-  for (int n_tok : {1, 128, 512}) {
+  for (int n_tok : tokens) {
     if (quick && n_tok == 512) continue;
-    if (n_tok > 1 && s.rows > 65536) continue;  // the head is run for the last token only
+    if (n_tok > 16 && s.rows > 65536) continue;  // the head: a prompt's last token, or a few rows
+    const bool short_eval = n_tok <= 16;
     std::vector<float> x(static_cast<size_t>(n_tok * s.cols));
     for (float& v : x) v = n(rng);
     std::vector<float> y(static_cast<size_t>(n_tok * s.rows));
-    // Decode: the best of 9 passes over every copy (a pass reads ≥ 192 MB from DRAM), so a
-    // noisy neighbour on a shared machine shows as a slower pass rather than a skewed mean.
+    // Decode and other short evals: the best of 9 passes over every copy (a pass reads ≥ 192 MB
+    // from DRAM), so a noisy neighbour on a shared machine shows as a slower pass rather than a
+    // skewed mean.
     // --reps N: prefill passes too (best of N). The process CPU time of the best-CPU pass is
     // printed as well: with 1 thread it excludes time the OS gave other processes.
-    const int calls = n_tok == 1 ? n_copies : 2;
-    const int passes = n_tok == 1 ? std::max(9, reps) : reps;
+    const int calls = short_eval ? n_copies : 2;
+    const int passes = short_eval ? std::max(9, reps) : reps;
     matmul(mats[0].view, x.data(), n_tok, y.data(), pool, packed_of(0));  // warm-up
     double sec = 1e30, cpu_sec = 1e30;
     for (int p = 0; p < passes; ++p) {
@@ -167,6 +173,7 @@ int main(int argc, char** argv) {
   bool quick = false, hot = false, no_bw = false, file_layout = false;
   int reps = 1;
   std::string only;
+  std::vector<int> tokens = {1, 128, 512};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) max_threads = std::atoi(argv[++i]);
@@ -176,6 +183,19 @@ int main(int argc, char** argv) {
     if (a == "--no-bw") no_bw = true;
     if (a == "--file-layout") file_layout = true;  // also time the file's layout (no repack)
     if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    if (a == "--tokens" && i + 1 < argc) {
+      tokens.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 4096) {
+          std::fprintf(stderr, "--tokens: expected comma-separated counts in 1..4096, got \"%s\"\n", argv[i]);
+          return 2;
+        }
+        tokens.push_back(static_cast<int>(v));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   std::printf("matmul path: %s\n", isa_description().c_str());
   if (!no_bw) {
@@ -202,9 +222,9 @@ int main(int argc, char** argv) {
       if (quick && th == 1 && s.type != DType::kQ4_0) continue;
       if (!only.empty() && only != s.name + std::string("/") + std::string(dtype_name(s.type))) continue;
       if (file_layout || !packable(model::TensorView{"", s.type, nullptr, s.rows, s.cols, 1})) {
-        bench_shape(s, pool, quick, hot, reps, /*pack=*/false);
+        bench_shape(s, pool, quick, hot, reps, /*pack=*/false, tokens);
       }
-      if (repack_enabled()) bench_shape(s, pool, quick, hot, reps, /*pack=*/true);
+      if (repack_enabled()) bench_shape(s, pool, quick, hot, reps, /*pack=*/true, tokens);
     }
   }
   return 0;

@@ -92,9 +92,12 @@ int run_synth(const SynthArgs& a) {
     summary = model::write_synth_model(opt, **vocab, a.output, progress);
   }
   if (!summary.ok()) return fail("synth", summary.message());
-  std::printf("%s: profile %s, layout %s, seed %llu, fill %s%s, %llu tensors, %.3f B parameters, %llu bytes, "
+  // An assistant's shape is its target's, not --profile's.
+  const std::string shape = a.assistant_for.empty() ? "profile " + a.profile
+                                                    : "assistant of " + a.assistant_for;
+  std::printf("%s: %s, layout %s, seed %llu, fill %s%s, %llu tensors, %.3f B parameters, %llu bytes, "
               "%.1f s (%.2f GB/s)\n",
-              a.output.c_str(), a.profile.c_str(), a.layout.c_str(), static_cast<unsigned long long>(a.seed),
+              a.output.c_str(), shape.c_str(), a.layout.c_str(), static_cast<unsigned long long>(a.seed),
               summary->fill.c_str(), a.sparse ? " (sparse data)" : "",
               static_cast<unsigned long long>(summary->n_tensors), summary->n_params / 1e9,
               static_cast<unsigned long long>(summary->file_bytes), summary->seconds,

@@ -360,9 +360,12 @@ void tile(const model::TensorView& w, const QuantizedX& x, int64_t r0, int64_t r
 //   most 2·15·127; the block's 8 such products add up to at most 8·3810 = 30480 < 2^15, so they
 //   are summed in int16 and widened once (madd with 1), plus the block's -8·Σq.
 //   Q8_0: signed weights, so |w| times q·sign(w) (as micro_q32), widened per slice.
+// pf: prefetch the group's bytes kPackedPrefetchBytes ahead (the first pass over the group, which
+// streams it from DRAM; the AVX-512 tile's reason, matmul_avx512.cc).
+constexpr int64_t kPackedPrefetchBytes = 4096;
 template <bool kQ4, int T>
 inline void micro_packed_half(const PackedMatrix& w, const QuantizedX& x, int64_t g, int h, int t,
-                              float* y, int64_t ldy) {
+                              float* y, int64_t ldy, bool pf) {
   constexpr int kChunks = kQ4 ? 4 : 8;
   const int64_t nb = x.n_blocks;
   const uint8_t* wq = w.qs + g * nb * (kChunks * 64) + 32 * h;
@@ -381,6 +384,11 @@ inline void micro_packed_half(const PackedMatrix& w, const QuantizedX& x, int64_
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = wq + b * (kChunks * 64);
+    if (pf) {
+      for (int k = 0; k < kChunks; ++k) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchBytes + 64 * k), _MM_HINT_T0);
+      }
+    }
     __m256i wv[8];
     if constexpr (kQ4) {
       for (int k = 0; k < 4; ++k) {
@@ -414,7 +422,8 @@ inline void micro_packed_half(const PackedMatrix& w, const QuantizedX& x, int64_
 // Decode of Q4_0 (one token): both halves in one pass over the group's bytes, so every 64-byte
 // slice is used whole when it arrives; the activations are broadcast once per slice pair.
 // Hot in L3 (attn_k, 1 thread, Zen 5): 47.8 GB/s against 42.7 for two passes of
-// micro_packed_half<true, 1> and 19.7 for the file layout's pair tile.
+// micro_packed_half<true, 1> and 19.7 for the file layout's pair tile. From DRAM it prefetches
+// kPackedPrefetchBytes ahead, as the short evals' first tiles do.
 inline void decode_packed_q4(const PackedMatrix& w, const QuantizedX& x, int64_t g, int t, float* y,
                              int64_t ldy) {
   const int64_t nb = x.n_blocks;
@@ -429,6 +438,9 @@ inline void decode_packed_q4(const PackedMatrix& w, const QuantizedX& x, int64_t
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = wq + b * 256;
     const int8_t* q = xq + 32 * b;
+    for (int k = 0; k < 4; ++k) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchBytes + 64 * k), _MM_HINT_T0);
+    }
     __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
     for (int k = 0; k < 4; ++k) {
       const __m256i xlo = bcast32(q + 4 * k), xhi = bcast32(q + 16 + 4 * k);
@@ -463,11 +475,12 @@ void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t
   for (int64_t g = g0; g < g1; ++g) {
     for (int h = 0; h < 2; ++h) {
       int t = t0;
-      for (; t + kT <= t1; t += kT) micro_packed_half<kQ4, kT>(w, x, g, h, t, y, ldy);
+      for (; t + kT <= t1; t += kT) micro_packed_half<kQ4, kT>(w, x, g, h, t, y, ldy, h == 0 && t == t0);
+      const bool pf = h == 0 && t == t0;
       switch (t1 - t) {
-        case 3: micro_packed_half<kQ4, 3>(w, x, g, h, t, y, ldy); break;
-        case 2: micro_packed_half<kQ4, 2>(w, x, g, h, t, y, ldy); break;
-        case 1: micro_packed_half<kQ4, 1>(w, x, g, h, t, y, ldy); break;
+        case 3: micro_packed_half<kQ4, 3>(w, x, g, h, t, y, ldy, pf); break;
+        case 2: micro_packed_half<kQ4, 2>(w, x, g, h, t, y, ldy, pf); break;
+        case 1: micro_packed_half<kQ4, 1>(w, x, g, h, t, y, ldy, pf); break;
         default: break;
       }
     }

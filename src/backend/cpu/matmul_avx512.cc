@@ -35,10 +35,20 @@ inline __m512i bcast32(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Rows of group g (16) against tokens t..t+T-1 over every block.
+// A unit's first token tile streams its weights from DRAM while it computes on them. Without
+// help the core waits on each slice: a short eval's tiles ran memory then compute, one after the
+// other (12B attn_q at 8 tokens, 2 threads: 0.56 ms cold against 0.25 ms for decode's stream and
+// 0.28 ms hot). A software prefetch this far ahead on that first tile overlaps the two (8 tokens:
+// ffn_gate/up 1.77 -> 1.27 ms, ffn_down 1.83 -> 1.29, attn_output 0.48 -> 0.36; 2-12 KiB swept,
+// 3 KiB and less gave back part of it, 4-8 KiB were alike; bench/results/cpu.md). The
+// later tiles find the unit in L1/L2 and prefetch nothing.
+constexpr int64_t kPrefetchBytes = 4096;
+
+// Rows of group g (16) against tokens t..t+T-1 over every block; pf: prefetch the weights ahead
+// (the unit's first token tile).
 template <bool kQ4, int T>
 inline void micro_packed(const PackedMatrix& w, const QuantizedX& x, int64_t g, int t, float* y,
-                         int64_t ldy) {
+                         int64_t ldy, bool pf) {
   constexpr int kChunks = kQ4 ? 4 : 8;
   const int64_t nb = x.n_blocks;
   const uint8_t* wq = w.qs + g * nb * (kChunks * 64);
@@ -57,6 +67,11 @@ inline void micro_packed(const PackedMatrix& w, const QuantizedX& x, int64_t g, 
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = wq + b * (kChunks * 64);
+    if (pf) {
+      for (int k = 0; k < kChunks; ++k) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64 * k), _MM_HINT_T0);
+      }
+    }
     __m512i wv[8];  // the 8 unsigned 4-element slices of this block (x dword k pairs with wv[k])
     if constexpr (kQ4) {
       for (int k = 0; k < 4; ++k) {
@@ -84,18 +99,19 @@ inline void micro_packed(const PackedMatrix& w, const QuantizedX& x, int64_t g, 
 }
 
 // Token tiles of kT (the register budget: 8 weight slices, kT float accumulators and 2 int32
-// sums per token in flight), then the remainder.
+// sums per token in flight; 8-token tiles spilled and were slower: ffn_gate/up at 8 tokens
+// 2.76 against 1.83 ms), then the remainder.
 template <bool kQ4>
 void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0, int t1,
                  float* y, int64_t ldy) {
   constexpr int kT = 4;
   for (int64_t g = g0; g < g1; ++g) {
     int t = t0;
-    for (; t + kT <= t1; t += kT) micro_packed<kQ4, kT>(w, x, g, t, y, ldy);
+    for (; t + kT <= t1; t += kT) micro_packed<kQ4, kT>(w, x, g, t, y, ldy, t == t0);
     switch (t1 - t) {
-      case 3: micro_packed<kQ4, 3>(w, x, g, t, y, ldy); break;
-      case 2: micro_packed<kQ4, 2>(w, x, g, t, y, ldy); break;
-      case 1: micro_packed<kQ4, 1>(w, x, g, t, y, ldy); break;
+      case 3: micro_packed<kQ4, 3>(w, x, g, t, y, ldy, t == t0); break;
+      case 2: micro_packed<kQ4, 2>(w, x, g, t, y, ldy, t == t0); break;
+      case 1: micro_packed<kQ4, 1>(w, x, g, t, y, ldy, t == t0); break;
       default: break;
     }
   }
