@@ -253,7 +253,7 @@ class CudaBackend final : public Backend {
   // steps, speculative verifications).
   static constexpr int kRowsRunMax = 16;
   // eval()'s tiles of 2..kEvalRowsMax tokens take the rows pass too: there it beats the n-token
-  // products on both models (the H200, bench/RESULTS.md run 56: 12B pp8 1,860 against 1,427
+  // products on both models (the H200, bench/results/batched.md run 56: 12B pp8 1,860 against 1,427
   // tok/s, 31B 907 against 737); from 9 rows it still wins on the 12B but loses on the 31B
   // (pp12 854 against 981), where the rows pass switches to its 32-row tiles.
   static constexpr int kEvalRowsMax = 8;

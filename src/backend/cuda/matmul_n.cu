@@ -208,7 +208,7 @@ int rows_form(const DevMatrix& w, int n, bool gated) {
 }
 
 // Rows passes of up to this many rows take dp4a, more the tensor-core kernel: measured on the H200
-// (12B, bench/RESULTS.md run 27, batched decode S_TG) at 2 rows 514 (dp4a) against 454, at 4
+// (12B, bench/results/batched.md run 27, batched decode S_TG) at 2 rows 514 (dp4a) against 454, at 4
 // rows 799 against 866.
 constexpr int kRowsDp4aMaxN = 2;
 
