@@ -5,8 +5,9 @@
 //        [--reps N] (best of N prefill passes; decode is best of max(9, N)) [--file-layout]
 //        [--tokens 1,8,128,512] (token counts; default 1,128,512; counts up to 16 — decode,
 //        batched rows, speculative verification — read their weights from DRAM as decode does)
-// Q4_0/Q8_0 shapes run on the packed layout (packed.h) as the backend does, and also on the
-// file's layout with --file-layout or GEM_CPU_REPACK=0. GEM_CPU_ISA=avx2 forces that path.
+// Shapes the path has a packed kernel for run on the packed layout (packed.h) as the backend
+// does, and also on the file's layout with --file-layout or GEM_CPU_REPACK=0. GEM_CPU_ISA=avx2
+// forces that path.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -118,7 +119,7 @@ void bench_shape(const Shape& s, ThreadPool& pool, bool quick, bool hot, int rep
     mats.back().view = one.view;
     mats.back().view.data = mats.back().bytes.data();
     // The packed layout (packed.h) in place of the file's: only the packed copies stay.
-    if (pack && packable(one.view)) {
+    if (pack && packable(one.view) && has_packed_kernel(active_isa(), one.view.type)) {
       packs.push_back(pack_owned(mats.back().view, pool));
       std::vector<uint8_t>().swap(mats.back().bytes);
     }
@@ -221,7 +222,7 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       if (quick && th == 1 && s.type != DType::kQ4_0) continue;
       if (!only.empty() && only != s.name + std::string("/") + std::string(dtype_name(s.type))) continue;
-      if (file_layout || !packable(model::TensorView{"", s.type, nullptr, s.rows, s.cols, 1})) {
+      if (file_layout || !has_packed_kernel(active_isa(), s.type)) {
         bench_shape(s, pool, quick, hot, reps, /*pack=*/false, tokens);
       }
       if (repack_enabled()) bench_shape(s, pool, quick, hot, reps, /*pack=*/true, tokens);

@@ -82,6 +82,18 @@ static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Q6_K element i of a super-block: code = 4 low bits (ql) | 2 high bits (qh) << 4, in 0..63, with
+// scale sc[i/16]; the value is d·sc·(code - 32). Within each 128-value half h: element
+// 128h + 32k + l (k = 0..3, l = 0..31) takes its low bits from ql[64h + 32(k&1) + l] (low nibble
+// for k < 2, high for k >= 2) and its high bits from qh[32h + l] bits 2k..2k+1.
+inline int q6k_code(const BlockQ6_K& b, int i) {
+  const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+  const uint8_t lo = b.ql[64 * h + 32 * (k & 1) + l];
+  const int low = k < 2 ? (lo & 0x0F) : (lo >> 4);
+  const int high = (b.qh[32 * h + l] >> (2 * k)) & 3;
+  return low | high << 4;
+}
+
 // IEEE half <-> float, exact in both directions for representable values (round-to-nearest-even
 // on the way down).
 float fp16_to_f32(uint16_t h);

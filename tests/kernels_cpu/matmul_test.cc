@@ -601,8 +601,84 @@ TEST(Packed, LayoutIsThePermutedFileBytes) {
   }
   RandomWeights odd = make_weights(DType::kQ4_0, 40, 256, rng);
   EXPECT_FALSE(packable(odd.view));  // 40 rows: not whole groups, stays on the file's layout
-  RandomWeights q6 = make_weights(DType::kQ6_K, 32, 256, rng);
-  EXPECT_FALSE(packable(q6.view));
+}
+
+// Q6_K's packed form, read back as packed.h describes it: every row's codes (low nibbles from
+// the ql slices, high bits from the qh slices), group scales and d equal the file block's.
+TEST(Packed, Q6KLayoutHoldsEveryCodeScaleAndD) {
+  std::mt19937_64 rng(base_seed() + 98);
+  ThreadPool pool(2);
+  const int64_t rows = 48, cols = 3840, ns = cols / 256;
+  RandomWeights w = make_weights(DType::kQ6_K, rows, cols, rng);
+  ASSERT_TRUE(packable(w.view));
+  const OwnedPacked p = pack_owned(w.view, pool);
+  EXPECT_EQ(packed_bytes(w.view), w.bytes.size());
+  ASSERT_NE(p.view.sc, nullptr);
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / 16, lane = r % 16;
+    for (int64_t s = 0; s < ns; ++s) {
+      BlockQ6_K blk;
+      std::memcpy(&blk, w.bytes.data() + (r * ns + s) * sizeof(BlockQ6_K), sizeof(blk));
+      const int64_t gs = g * ns + s;
+      if (p.view.d[gs * 16 + lane] != blk.d) ++bad;
+      for (int j = 0; j < 16; ++j) {
+        if (p.view.sc[gs * 256 + 16 * j + lane] != blk.scales[j]) ++bad;
+      }
+      for (int e = 0; e < 256; ++e) {
+        const int b = e / 32, l = e % 32;
+        const bool upper = l >= 16;       // the slice's high nibble
+        const int k = (l % 16) / 4, i = l % 4;
+        const uint8_t* base = p.view.qs + gs * 3072 + 384 * b + 4 * lane + i;
+        const int low = upper ? base[64 * k] >> 4 : base[64 * k] & 15;
+        const int high = (base[256 + 64 * (k / 2)] >> (4 * (k % 2) + (upper ? 2 : 0))) & 3;
+        if ((low | high << 4) != q6k_code(blk, e) && bad++ < 5) {
+          ADD_FAILURE() << "row " << r << " super-block " << s << " element " << e << ": packed code "
+                        << (low | high << 4) << ", file code " << q6k_code(blk, e);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  RandomWeights odd = make_weights(DType::kQ6_K, 24, 256, rng);
+  EXPECT_FALSE(packable(odd.view));
+}
+
+// Every path multiplies each token on its own: an n-token product equals the n one-token
+// products (decode) bit for bit, on the file's layout and the packed one, for every quantised
+// type at the 12B's widths and token counts that cover every tile width and remainder. The
+// speculative verification and the batched rows pass rely on it (their rows equal decode).
+TEST(Matmul, TokensEqualTheirOneTokenProductsBitForBit) {
+  ThreadPool pool(2);
+  uint64_t seed = base_seed() + 5000;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ6_K}) {
+    for (int n : {2, 3, 5, 8, 9}) {
+      std::mt19937_64 rng(++seed);
+      const int64_t rows = 48, cols = t == DType::kQ6_K ? 3840 : 4096;
+      RandomWeights w = make_weights(t, rows, cols, rng);
+      const std::vector<float> x = make_x(n, cols, rng);
+      const OwnedPacked packed = pack_owned(w.view, pool);
+      for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+        if (!isa_supported(isa)) continue;
+        for (const PackedMatrix* pm : {static_cast<const PackedMatrix*>(nullptr), &packed.view}) {
+          std::vector<float> all(static_cast<size_t>(n * rows)), one(static_cast<size_t>(rows));
+          matmul_on(isa, w.view, x.data(), n, all.data(), pool, pm);
+          int bad = 0;
+          for (int tok = 0; tok < n; ++tok) {
+            matmul_on(isa, w.view, x.data() + tok * cols, 1, one.data(), pool, pm);
+            for (int64_t r = 0; r < rows; ++r) {
+              if (std::memcmp(&one[r], &all[tok * rows + r], sizeof(float)) != 0 && bad++ < 3) {
+                ADD_FAILURE() << dtype_name(t) << " " << isa_name(isa) << (pm ? "+packed" : "")
+                              << " n=" << n << " token " << tok << " row " << r << ": "
+                              << all[tok * rows + r] << " in the batch, " << one[r] << " alone";
+              }
+            }
+          }
+          EXPECT_EQ(bad, 0);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

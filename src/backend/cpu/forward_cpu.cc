@@ -60,7 +60,7 @@ ForwardCpu::ForwardCpu(const model::Model& model, int n_ctx, int n_tile, bool re
     if (packed_->count() == 0) {
       packed_.reset();
     } else {
-      GEM_LOG_INFO("cpu: %d Q4_0/Q8_0 matrices packed into 16-row interleaved blocks, %.2f GB "
+      GEM_LOG_INFO("cpu: %d Q4_0/Q8_0/Q6_K matrices packed into 16-row interleaved blocks, %.2f GB "
                    "besides the file mapping, %.1f s (GEM_CPU_REPACK=0: read the file's layout)",
                    packed_->count(), static_cast<double>(packed_->bytes()) / 1e9,
                    now_seconds() - t0);

@@ -27,18 +27,6 @@ inline float half(const uint8_t* p) {
   return fp16_to_f32(h);
 }
 
-// Q6_K element i of a super-block: code = 4 low bits (ql) | 2 high bits (qh) << 4, scale sc[i/16].
-// Within each 128-value half h: element 128h + 32k + l (k = 0..3, l = 0..31) takes its low bits
-// from ql[64h + 32(k&1) + l] (low nibble for k < 2, high for k >= 2) and its high bits from
-// qh[32h + l] bits 2k..2k+1.
-inline int q6k_code(const BlockQ6_K& b, int i) {
-  const int h = i / 128, k = (i % 128) / 32, l = i % 32;
-  const uint8_t lo = b.ql[64 * h + 32 * (k & 1) + l];
-  const int low = k < 2 ? (lo & 0x0F) : (lo >> 4);
-  const int high = (b.qh[32 * h + l] >> (2 * k)) & 3;
-  return low | high << 4;
-}
-
 // Rows decode through base/quant's bit-exact decoders (one f32 product per value).
 void dequant_row(const model::TensorView& w, int64_t row, float* out) {
   GEM_CHECK(can_dequantize(w.type), "get_row(%.*s): dtype %.*s is not supported",
@@ -150,11 +138,15 @@ Kernels select_kernels(Isa isa, DType t, bool have_packed) {
       k.tile = detail::avx2_tile_fn(t);
       k.quantize = detail::avx2_quantize_q8;
       break;
-    case Isa::kAmx:  // AVX-512, with tile products for token ranges of 16 and more
+    case Isa::kAmx:  // AVX-512, with tile products for token ranges of 16 and more (Q4_0, Q8_0)
       k.packed = have_packed ? detail::amx_packed_fn(t) : nullptr;
       k.tile = detail::avx2_tile_fn(t);
       k.quantize = detail::avx2_quantize_q8;
-      if (k.packed != nullptr) k.chunk_align = 16;
+      if (k.packed != nullptr) {
+        k.chunk_align = 16;
+      } else if (have_packed) {
+        k.packed = detail::avx512_packed_fn(t);
+      }
       break;
     case Isa::kAvx2:
       k.packed = have_packed ? detail::avx2_packed_fn(t) : nullptr;
@@ -211,7 +203,10 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
   if (buf.bsums.size() < n * (cols / 16)) buf.bsums.resize(n * (cols / 16));
   const bool pairs = kern.pairs;
   const bool corr = kern.packed != nullptr;
-  if (corr && buf.neg_corr.size() < n * q.n_blocks) buf.neg_corr.resize(n * q.n_blocks);
+  // Packed kernels' integer offsets, per 32-value block (Q4_0, Q8_0) or 16-value group (Q6_K).
+  const bool q6 = wt == DType::kQ6_K;
+  const int64_t n_corr = q6 ? cols / 16 : q.n_blocks;
+  if (corr && buf.neg_corr.size() < n * n_corr) buf.neg_corr.resize(n * n_corr);
   const int corr_shift = wt == DType::kQ4_0 ? 3 : 7;  // -8·Σq or -128·Σq (packed.h)
   const int64_t np = pairs ? (q.n_blocks + 1) / 2 : 0;
   if (buf.pairs.size() < n * np) buf.pairs.resize(n * np);
@@ -226,7 +221,10 @@ QuantizedX quantize_x(DType wt, const float* x, int64_t cols, int n_tokens, Thre
       quantize_token(wt, x + t * cols, cols, qs + t * cols, d + t * nb, bs + t * (cols / 16),
                      kern.quantize);
       if (pairs) build_q4_pairs(qs + t * cols, d + t * nb, nb, pr + t * np);
-      if (corr) {
+      if (corr && q6) {
+        // -32·Σq per group: the codes' offset (code - 32), the Q6_K kernel's start value.
+        for (int64_t gi = 0; gi < n_corr; ++gi) nc[t * n_corr + gi] = -32 * bs[t * n_corr + gi];
+      } else if (corr) {
         for (int64_t b = 0; b < nb; ++b) {
           const int8_t* qb = qs + t * cols + 32 * b;
           int sum = 0;
@@ -411,6 +409,10 @@ TileFn scalar_tile_fn(DType t) {
 }  // namespace detail
 
 float round_block_q8(const float* x, int8_t* q) { return quantize_block32(x, q); }
+
+bool has_packed_kernel(Isa isa, DType t) {
+  return isa_supported(isa) && select_kernels(isa, t, true).packed != nullptr;
+}
 
 bool matmul_supports(DType t) {
   return t == DType::kF32 || t == DType::kQ4_0 || t == DType::kQ8_0 || t == DType::kQ6_K;

@@ -45,6 +45,10 @@ void matmul_on(Isa isa, const model::TensorView& w, const float* x, int n_tokens
 // (Q4_0), d·q (Q8_0), d·sc·(q-32) (Q6_K) in f32; F32 rows are copied; F16/BF16 converted.
 void get_row(const model::TensorView& w, int64_t row, float* out);
 
+// True when `isa` has a kernel for the packed layout of type t (Q4_0, Q8_0 on every x86 SIMD
+// path; Q6_K on AVX-512 and AMX): what PackedWeights packs.
+bool has_packed_kernel(Isa isa, DType t);
+
 // True for the weight types matmul and matmul_ref accept (F32, Q4_0, Q8_0, Q6_K).
 bool matmul_supports(DType t);
 

@@ -217,7 +217,7 @@ inline void q6k_block(const BlockQ6_K* blk, const int8_t* const* xq, int64_t b, 
     const __m256i qla = loadu256(blk->ql + 64 * h);
     const __m256i qlb = loadu256(blk->ql + 64 * h + 32);
     const __m256i qh = loadu256(blk->qh + 32 * h);
-    // Codes of elements 128h + 32k + l, k = 0..3 (see q6k_code in matmul.cc).
+    // Codes of elements 128h + 32k + l, k = 0..3 (see q6k_code in base/dtype.h).
     const __m256i code[4] = {
         _mm256_or_si256(_mm256_and_si256(qla, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
         _mm256_or_si256(_mm256_and_si256(qlb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),

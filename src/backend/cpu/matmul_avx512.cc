@@ -117,12 +117,105 @@ void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t
   }
 }
 
+// Q6_K (packed.h's super-block layout): rows of group g against tokens t..t+T-1. A block's 8
+// slices of codes (0..63, unsigned) are its 4 low-nibble slices (group 2b) and 4 high-nibble
+// ones (group 2b + 1), each its nibbles with the two high bits put in at bits 4..5. Each group's
+// vpdpbusd sum starts at -32·Σq (the codes' offset), is multiplied by the row's int8 group
+// scale, and the products add up over the super-block in int32: at most 256·32·127·128 < 2^31.
+// Then acc += float(isum) · (d_w · d_x), once per super-block.
+template <int T>
+inline void micro_packed_q6k(const PackedMatrix& w, const QuantizedX& x, int64_t g, int t,
+                             float* y, int64_t ldy, bool pf) {
+  const int64_t ns = x.n_blocks;
+  const int64_t ng = x.cols / 16;
+  const uint8_t* wq = w.qs + g * ns * 3072;
+  const int8_t* wsc = w.sc + g * ns * 256;
+  const uint16_t* wd = w.d + g * ns * kPackRows;
+  const int8_t* xq[T];
+  const float* xd[T];
+  const int32_t* xc[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.cols;
+    xd[j] = x.d + (t + j) * ns;
+    xc[j] = x.neg_corr + (t + j) * ng;
+  }
+  __m512 acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  for (int64_t s = 0; s < ns; ++s) {
+    __m512i isum[T];
+    for (int j = 0; j < T; ++j) isum[j] = _mm512_setzero_si512();
+    for (int b = 0; b < 8; ++b) {
+      const uint8_t* p = wq + s * 3072 + 384 * b;
+      if (pf) {
+        for (int k = 0; k < 6; ++k) {
+          _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64 * k), _MM_HINT_T0);
+        }
+      }
+      __m512i lo[4], hi[4];
+      for (int m = 0; m < 2; ++m) {
+        const __m512i qh = _mm512_loadu_si512(p + 256 + 64 * m);
+        // High bits at 4..5: slice 2m's (bits 0..1, 2..3), slice 2m + 1's (bits 4..5, 6..7).
+        const __m512i h[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh,
+                              _mm512_srli_epi16(qh, 2)};
+        for (int c = 0; c < 2; ++c) {
+          const int k = 2 * m + c;
+          const __m512i v = _mm512_loadu_si512(p + 64 * k);
+          // 0xF8: a | (b & c), with a the nibbles and c = 0x30.
+          lo[k] = _mm512_ternarylogic_epi32(_mm512_and_si512(v, m4), h[2 * c], m30, 0xF8);
+          hi[k] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                            h[2 * c + 1], m30, 0xF8);
+        }
+      }
+      const int8_t* sc = wsc + s * 256 + 32 * b;
+      const __m512i sc_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+      const __m512i sc_hi =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
+      for (int j = 0; j < T; ++j) {
+        const int8_t* q = xq[j] + 256 * s + 32 * b;
+        __m512i s_lo = _mm512_set1_epi32(xc[j][16 * s + 2 * b]);
+        __m512i s_hi = _mm512_set1_epi32(xc[j][16 * s + 2 * b + 1]);
+        for (int k = 0; k < 4; ++k) {
+          s_lo = _mm512_dpbusd_epi32(s_lo, lo[k], bcast32(q + 4 * k));
+          s_hi = _mm512_dpbusd_epi32(s_hi, hi[k], bcast32(q + 16 + 4 * k));
+        }
+        isum[j] = _mm512_add_epi32(
+            isum[j], _mm512_add_epi32(_mm512_mullo_epi32(s_lo, sc_lo), _mm512_mullo_epi32(s_hi, sc_hi)));
+      }
+    }
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wd + s * kPackRows)));
+    for (int j = 0; j < T; ++j) {
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[j][s])),
+                               acc[j]);
+    }
+  }
+  for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + (t + j) * ldy + g * kPackRows, acc[j]);
+}
+
+void packed_tile_q6k(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0,
+                     int t1, float* y, int64_t ldy) {
+  constexpr int kT = 4;
+  for (int64_t g = g0; g < g1; ++g) {
+    int t = t0;
+    for (; t + kT <= t1; t += kT) micro_packed_q6k<kT>(w, x, g, t, y, ldy, t == t0);
+    switch (t1 - t) {
+      case 3: micro_packed_q6k<3>(w, x, g, t, y, ldy, t == t0); break;
+      case 2: micro_packed_q6k<2>(w, x, g, t, y, ldy, t == t0); break;
+      case 1: micro_packed_q6k<1>(w, x, g, t, y, ldy, t == t0); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 PackedTileFn avx512_packed_fn(DType t) {
   switch (t) {
     case DType::kQ4_0: return packed_tile<true>;
     case DType::kQ8_0: return packed_tile<false>;
+    case DType::kQ6_K: return packed_tile_q6k;
     default: return nullptr;
   }
 }

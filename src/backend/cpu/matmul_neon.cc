@@ -66,7 +66,7 @@ float dot_q6_k(const uint8_t* row, const int8_t* xq, const float* xd, const int1
         const uint8x16_t qla = vld1q_u8(blk->ql + 64 * h + 16 * m);
         const uint8x16_t qlb = vld1q_u8(blk->ql + 64 * h + 32 + 16 * m);
         const uint8x16_t qh = vld1q_u8(blk->qh + 32 * h + 16 * m);
-        // Codes of elements 128h + 32k + 16m + i, k = 0..3 (see q6k_code in matmul.cc).
+        // Codes of elements 128h + 32k + 16m + i, k = 0..3 (see q6k_code in base/dtype.h).
         const uint8x16_t code[4] = {
             vorrq_u8(vandq_u8(qla, m4), vshlq_n_u8(vandq_u8(qh, m3), 4)),
             vorrq_u8(vandq_u8(qlb, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(qh, 2), m3), 4)),

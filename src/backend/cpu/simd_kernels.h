@@ -39,7 +39,8 @@ struct alignas(32) Q4PairX {
 //                       neg_corr [n_tokens, cols/32] int32 = -8·Σq (Q4_0) or -128·Σq (Q8_0)
 //                       per block: the packed kernels' integer offset (packed.h).
 //   Q6_K weights:       qs [n_tokens, cols] int8; d [n_tokens, cols/256] f32;
-//                       bsums [n_tokens, cols/16] int16 (sum of qs over each 16-value group).
+//                       bsums [n_tokens, cols/16] int16 (sum of qs over each 16-value group);
+//                       neg_corr [n_tokens, cols/16] int32 = -32·bsum (the packed kernel's).
 struct QuantizedX {
   int64_t cols = 0;
   int64_t n_blocks = 0;  // d entries per token
@@ -68,7 +69,7 @@ TileFn scalar_tile_fn(DType t);  // never null for the supported types
 TileFn avx2_tile_fn(DType t);            // the file's layout (Q4_0 reads Q4PairX records)
 PackedTileFn avx2_packed_fn(DType t);    // Q4_0, Q8_0; else null
 void avx2_quantize_q8(const float* x, int64_t n_blocks, int8_t* q, float* d);
-PackedTileFn avx512_packed_fn(DType t);  // Q4_0, Q8_0; else null
+PackedTileFn avx512_packed_fn(DType t);  // Q4_0, Q8_0, Q6_K; else null
 PackedTileFn amx_packed_fn(DType t);     // Q4_0, Q8_0 (AMX-INT8 tiles); else null
 #endif
 #ifdef GEM_CPU_NEON
