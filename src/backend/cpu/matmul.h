@@ -34,7 +34,7 @@ namespace gem::cpu {
 // x: [n_tokens, w.cols] row-major f32.   y: [n_tokens, w.rows] row-major f32 (overwritten).
 void matmul_ref(const model::TensorView& w, const float* x, int n_tokens, float* y);
 // packed: w's copy in the 16-row layout (packed.h), or null; the x86 paths then run their
-// packed kernels for Q4_0/Q8_0 (same numerics: the same rounded x, exact integer block dots).
+// packed kernels (same numerics: the same rounded x, exact integer block dots).
 void matmul(const model::TensorView& w, const float* x, int n_tokens, float* y, ThreadPool& pool,
             const PackedMatrix* packed = nullptr);
 // matmul on a given path (isa.h; must be supported): the tests run every path the host has.
@@ -45,8 +45,8 @@ void matmul_on(Isa isa, const model::TensorView& w, const float* x, int n_tokens
 // (Q4_0), d·q (Q8_0), d·sc·(q-32) (Q6_K) in f32; F32 rows are copied; F16/BF16 converted.
 void get_row(const model::TensorView& w, int64_t row, float* out);
 
-// True when `isa` has a kernel for the packed layout of type t (Q4_0, Q8_0 on every x86 SIMD
-// path; Q6_K on AVX-512 and AMX): what PackedWeights packs.
+// True when `isa` has a kernel for the packed layout of type t (Q4_0, Q8_0 and Q6_K on the x86
+// SIMD paths; none elsewhere): what PackedWeights packs.
 bool has_packed_kernel(Isa isa, DType t);
 
 // True for the weight types matmul and matmul_ref accept (F32, Q4_0, Q8_0, Q6_K).

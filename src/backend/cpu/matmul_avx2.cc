@@ -487,6 +487,128 @@ void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t
   }
 }
 
+// Q6_K on the packed layout (packed.h), half h (rows 8h..8h+7) of group g against tokens
+// t..t+T-1. Per 32-value block: the 4 low-nibble slices (group 2b) and then the 4 high-nibble
+// ones (group 2b + 1) are made into codes 0..63 (nibbles | high bits at 4..5), and
+// vpmaddubsw(codes, 4 activations) gives two int16 sums per row, at most 2·63·127; two slices'
+// add up to at most 32004 < 2^15 in int16, and vpmaddwd with the row's group scale (in both
+// int16 halves of its lane) widens them. The codes' -32 offset: -32·(sc_2b·bsum_2b +
+// sc_2b+1·bsum_2b+1), one more vpmaddwd per block. The super-block's int32 sum is exact and
+// is scaled as the AVX-512 kernel scales it: acc += float(isum) · (d_w · d_x).
+inline __m256i scale_pairs(const int8_t* sc) {  // 8 rows' int8 scales, each in both int16 halves
+  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+  return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
+}
+
+// Halves h0..h0+NH-1 in one pass (decode: both, so that each 64-byte slice is used whole when it
+// arrives and the activations are broadcast once for the two).
+template <int T, int NH>
+inline void micro_packed_q6k_half(const PackedMatrix& w, const QuantizedX& x, int64_t g, int h0,
+                                  int t, float* y, int64_t ldy, bool pf) {
+  const int64_t ns = x.n_blocks;
+  const uint8_t* wq = w.qs + g * ns * 3072 + 32 * h0;
+  const int8_t* wsc = w.sc + g * ns * 256 + 8 * h0;
+  const uint16_t* wd = w.d + g * ns * kPackRows + 8 * h0;
+  const int8_t* xq[T];
+  const float* xd[T];
+  const int16_t* xs[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.cols;
+    xd[j] = x.d + (t + j) * ns;
+    xs[j] = x.bsums + (t + j) * (x.cols / 16);
+  }
+  __m256 acc[NH][T];
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < T; ++j) acc[h][j] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  for (int64_t s = 0; s < ns; ++s) {
+    __m256i isum[NH][T];
+    for (int h = 0; h < NH; ++h)
+      for (int j = 0; j < T; ++j) isum[h][j] = _mm256_setzero_si256();
+    for (int b = 0; b < 8; ++b) {
+      const uint8_t* pb = wq + s * 3072 + 384 * b;
+      if (pf) {
+        for (int k = 0; k < 6; ++k) {
+          _mm_prefetch(reinterpret_cast<const char*>(pb + kPackedPrefetchBytes + 64 * k), _MM_HINT_T0);
+        }
+      }
+      for (int h = 0; h < NH; ++h) {
+        const uint8_t* p = pb + 32 * h;
+        const int8_t* scb = wsc + s * 256 + 32 * b + 8 * h;
+        const __m256i sc_lo = scale_pairs(scb), sc_hi = scale_pairs(scb + 16);
+        const __m256i qh0 = loadu256(p + 256), qh1 = loadu256(p + 320);
+        for (int part = 0; part < 2; ++part) {  // 0: low nibbles (group 2b), 1: high (2b + 1)
+          __m256i c[4];
+          for (int k = 0; k < 4; ++k) {
+            const __m256i qh = k < 2 ? qh0 : qh1;
+            // Slice k's high bits: its low-nibble element's at bits 4(k&1)..+1, the high
+            // nibble's 2 above; moved to bits 4..5.
+            const int sh = 4 * (k & 1) + 2 * part;
+            const __m256i hb = sh == 0   ? _mm256_slli_epi16(qh, 4)
+                               : sh == 2 ? _mm256_slli_epi16(qh, 2)
+                               : sh == 4 ? qh
+                                         : _mm256_srli_epi16(qh, 2);
+            const __m256i v = loadu256(p + 64 * k);
+            const __m256i nib = part == 0 ? v : _mm256_srli_epi16(v, 4);
+            c[k] = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(hb, m30));
+          }
+          const __m256i sc = part == 0 ? sc_lo : sc_hi;
+          for (int j = 0; j < T; ++j) {
+            const int8_t* q = xq[j] + 256 * s + 32 * b + 16 * part;
+            const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], bcast32(q)),
+                                                 _mm256_maddubs_epi16(c[1], bcast32(q + 4)));
+            const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], bcast32(q + 8)),
+                                                 _mm256_maddubs_epi16(c[3], bcast32(q + 12)));
+            isum[h][j] = _mm256_add_epi32(isum[h][j], _mm256_add_epi32(_mm256_madd_epi16(p01, sc),
+                                                                       _mm256_madd_epi16(p23, sc)));
+          }
+        }
+        const __m256i sc_both = _mm256_blend_epi16(sc_lo, sc_hi, 0xAA);  // (sc_2b, sc_2b+1) a row
+        for (int j = 0; j < T; ++j) {
+          int32_t pair;
+          std::memcpy(&pair, xs[j] + 16 * s + 2 * b, 4);  // bsum_2b, bsum_2b+1
+          const __m256i corr = _mm256_madd_epi16(sc_both, _mm256_set1_epi32(pair));
+          isum[h][j] = _mm256_sub_epi32(isum[h][j], _mm256_slli_epi32(corr, 5));
+        }
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + s * kPackRows + 8 * h)));
+      for (int j = 0; j < T; ++j) {
+        acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][j]),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][s])), acc[h][j]);
+      }
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < T; ++j)
+      _mm256_storeu_ps(y + (t + j) * ldy + g * kPackRows + 8 * (h0 + h), acc[h][j]);
+}
+
+void packed_tile_q6k(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0,
+                     int t1, float* y, int64_t ldy) {
+  constexpr int kT = 4;
+  if (t1 - t0 == 1) {
+    for (int64_t g = g0; g < g1; ++g) micro_packed_q6k_half<1, 2>(w, x, g, 0, t0, y, ldy, true);
+    return;
+  }
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      int t = t0;
+      for (; t + kT <= t1; t += kT) micro_packed_q6k_half<kT, 1>(w, x, g, h, t, y, ldy, h == 0 && t == t0);
+      const bool pf = h == 0 && t == t0;
+      switch (t1 - t) {
+        case 3: micro_packed_q6k_half<3, 1>(w, x, g, h, t, y, ldy, pf); break;
+        case 2: micro_packed_q6k_half<2, 1>(w, x, g, h, t, y, ldy, pf); break;
+        case 1: micro_packed_q6k_half<1, 1>(w, x, g, h, t, y, ldy, pf); break;
+        default: break;
+      }
+    }
+  }
+}
+
 // ---- Activation rounding ----
 
 // quantize_block32 (matmul.cc) eight lanes at a time: the same amax, the same products x·id and
@@ -531,6 +653,7 @@ PackedTileFn avx2_packed_fn(DType t) {
   switch (t) {
     case DType::kQ4_0: return packed_tile<true>;
     case DType::kQ8_0: return packed_tile<false>;
+    case DType::kQ6_K: return packed_tile_q6k;
     default: return nullptr;
   }
 }

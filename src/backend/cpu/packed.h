@@ -21,10 +21,8 @@
 //      slice 4 + m, m = 0..1 (qh): hi of the 4 elements that slices k = 2m (bits 0..1: its low
 //      nibble's element, 2..3: its high nibble's) and k = 2m + 1 (bits 4..5, 6..7) hold.
 // So a block's low-nibble codes (group 2b) and high-nibble codes (group 2b + 1) are each one
-// int8 scale per row away from the block's two int32 sums. Only AVX-512 (and AMX, which runs the
-// same kernel for Q6_K) has a kernel for it; AVX2 keeps the file's layout, where without
-// vpdpbusd and vpternlogd a packed tile would need about as many instructions per weight
-// (counted, not built).
+// int8 scale per row away from the block's two int32 sums (AVX-512: vpdpbusd then vpmulld; AVX2,
+// on 8-row halves: vpmaddubsw then vpmaddwd; AMX runs the AVX-512 kernel for Q6_K).
 // Every packed matrix holds the same bytes as the file (18, 34 or 210 per block per row), so
 // decode streams the same amount.
 #pragma once

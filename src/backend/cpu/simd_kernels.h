@@ -67,7 +67,7 @@ using QuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* q, float* 
 TileFn scalar_tile_fn(DType t);  // never null for the supported types
 #ifdef GEM_CPU_X86
 TileFn avx2_tile_fn(DType t);            // the file's layout (Q4_0 reads Q4PairX records)
-PackedTileFn avx2_packed_fn(DType t);    // Q4_0, Q8_0; else null
+PackedTileFn avx2_packed_fn(DType t);    // Q4_0, Q8_0, Q6_K; else null
 void avx2_quantize_q8(const float* x, int64_t n_blocks, int8_t* q, float* d);
 PackedTileFn avx512_packed_fn(DType t);  // Q4_0, Q8_0, Q6_K; else null
 PackedTileFn amx_packed_fn(DType t);     // Q4_0, Q8_0 (AMX-INT8 tiles); else null
