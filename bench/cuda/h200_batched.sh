@@ -19,6 +19,10 @@
 #                                           (-p 8,32 -n 0 -d 0,4096,16384 -r 3, gem bench and
 #                                           llama-bench -fa 1) and batched decode (--parallel 8,32
 #                                           -p 512 -n 128 against llama-batched-bench -npl 8,32)
+#   bash bench/cuda/h200_batched.sh qat-12b|qat-31b   the same file with a Q6_K head, as Google's
+#                                           QAT files tie (gem synth --embedding q6_k): gem bench
+#                                           -p 1,8,32 -n 128 and llama-bench with the same tests,
+#                                           then gem bench --mtp (its assistant, forced 1.0, -v)
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 step=${1:-build}
@@ -94,6 +98,19 @@ side-12b|side-31b)
   $GEM bench -m $M/g$p.gguf --backend cuda --parallel 8,32 -p 512 -n 128 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
   $L/llama-batched-bench -m $M/g$p.gguf -ngl 99 -fa on -c 24576 -npp 512 -ntg 128 -npl 8,32 \
     2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
+  ;;
+qat-12b|qat-31b)
+  p=${step#qat-}
+  f=$M/g$p-q6k.gguf
+  [ -f $f ] || { log "synth $p with a Q6_K head"; $GEM synth --profile $p --embedding q6_k -q -o $f >/dev/null 2>&1; }
+  [ -f $M/mtp-g$p-q6k.gguf ] || $GEM synth --assistant-for $f -q -o $M/mtp-g$p-q6k.gguf >/dev/null 2>&1
+  llama_ready
+  log "Q6_K head, $p: gem bench, then llama-bench"
+  $GEM bench -m $f --backend cuda -p 1,8,32 -n 128 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
+  $L/llama-bench -m $f -ngl 99 -fa 1 -p 1,8,32 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
+  log "Q6_K head, $p: gem bench --mtp, forced 1.0"
+  $GEM bench -m $f --backend cuda --mtp $M/mtp-g$p-q6k.gguf -p 512 -n 256 -r 3 --forced-acceptance 1 -v \
+    2>/dev/null | grep -E "\||ms" | tee -a "$OUT/batched.txt"
   ;;
 esac
 log "$step done"
