@@ -32,7 +32,7 @@ uint32_t base_seed() {
 // The paths this CPU runs.
 std::vector<Isa> paths() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
     if (isa_supported(isa)) out.push_back(isa);
   }
   return out;

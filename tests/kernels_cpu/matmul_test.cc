@@ -230,11 +230,12 @@ TEST_P(MatmulTest, FastAndScalarMatchReference) {
       const PackedMatrix* packed;
     };
     std::vector<Run> runs;
-    for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    for (Isa isa : kAllIsas) {
       if (!isa_supported(isa)) continue;
       runs.push_back({isa, &pool1, nullptr});
       runs.push_back({isa, &pool3, nullptr});
-      if (packed.storage && (isa == Isa::kAvx2 || isa == Isa::kAvx512 || isa == Isa::kAmx)) {
+      if (packed.storage && (isa == Isa::kAvx2 || isa == Isa::kAvxVnni || isa == Isa::kAvx512 ||
+                              isa == Isa::kAmx)) {
         runs.push_back({isa, &pool1, &packed.view});
         runs.push_back({isa, &pool3, &packed.view});
       }
@@ -312,7 +313,7 @@ TEST(MatmulExtremes, NoSaturation) {
       matmul_ref(w, x.data(), 1, y_ref.data());
       OwnedPacked packed;
       if (packable(w)) packed = pack_owned(w, pool);
-      for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+      for (Isa isa : kAllIsas) {
         if (!isa_supported(isa)) continue;
         const PackedMatrix* with = packed.storage ? &packed.view : nullptr;
         for (const PackedMatrix* pm : {static_cast<const PackedMatrix*>(nullptr), with}) {
@@ -536,6 +537,64 @@ TEST(Matmul, AmxEqualsAvx512BitForBit) {
   }
 }
 
+// The AVX-VNNI path's packed Q4_0/Q8_0 kernels are the AVX-512 kernel at half the width: the
+// same exact integer block sums, scaled by the same float operations in the same order
+// (matmul_avxvnni.cc), so the two agree bit for bit. Fresh random weights and activations at the
+// 12B/31B widths and the 12B's ffn_down width: decode, 4-token tiles with remainders, more than
+// one chunk; and the extreme codes (every Q4_0 nibble 0 or 15, every Q8_0 weight -128 or 127)
+// under the largest activations.
+TEST(Matmul, AvxVnniEqualsAvx512BitForBit) {
+  if (!isa_supported(Isa::kAvxVnni) || !isa_supported(Isa::kAvx512)) {
+    GTEST_SKIP() << "needs AVX-VNNI and AVX-512 VNNI (" << isa_description() << ")";
+  }
+  ThreadPool pool1(1), pool3(3);
+  struct Shape {
+    int64_t rows, cols;
+    int n_tokens;
+  };
+  const Shape shapes[] = {{48, 3840, 1}, {64, 3840, 7}, {32, 15360, 9}, {32, 5376, 130},
+                          {16, 256, 2},  {80, 4096, 1}};
+  uint64_t seed = base_seed() + 8000;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+    for (const Shape& sh : shapes) {
+      for (int extreme = 0; extreme < 2; ++extreme) {
+        std::mt19937_64 rng(++seed);
+        RandomWeights w = make_weights(t, sh.rows, sh.cols, rng);
+        std::vector<float> x = make_x(sh.n_tokens, sh.cols, rng);
+        if (extreme == 1) {
+          const int64_t bb = block_bytes(t);
+          for (size_t off = 0; off < w.bytes.size(); off += static_cast<size_t>(bb)) {
+            const bool hi = (off / static_cast<size_t>(bb)) % 3 != 0;
+            std::memset(w.bytes.data() + off + 2, t == DType::kQ4_0 ? (hi ? 0xFF : 0x00) : (hi ? 0x7F : 0x80),
+                        t == DType::kQ4_0 ? 16 : 32);
+          }
+          for (size_t i = 0; i < x.size(); ++i) x[i] = (i / 32) % 2 ? -3.0f : 3.0f;
+        }
+        ASSERT_TRUE(packable(w.view));
+        const OwnedPacked packed = pack_owned(w.view, pool3);
+        const size_t n = static_cast<size_t>(sh.n_tokens * sh.rows);
+        std::vector<float> want(n, std::nanf("")), got(n, std::nanf(""));
+        matmul_on(Isa::kAvx512, w.view, x.data(), sh.n_tokens, want.data(), pool1, &packed.view);
+        for (ThreadPool* pool : {&pool1, &pool3}) {
+          std::fill(got.begin(), got.end(), std::nanf(""));
+          matmul_on(Isa::kAvxVnni, w.view, x.data(), sh.n_tokens, got.data(), *pool, &packed.view);
+          int bad = 0;
+          for (size_t i = 0; i < n; ++i) {
+            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ < 3) {
+              ADD_FAILURE() << dtype_name(t) << " rows=" << sh.rows << " cols=" << sh.cols
+                            << " tokens=" << sh.n_tokens << " extreme=" << extreme
+                            << " threads=" << pool->size() << ": token " << i / sh.rows
+                            << " row " << i % sh.rows << ": avxvnni " << got[i] << ", avx512 "
+                            << want[i];
+            }
+          }
+          EXPECT_EQ(bad, 0);
+        }
+      }
+    }
+  }
+}
+
 // The runtime dispatch: matmul runs the path isa.cc chose, which is the best one this CPU and
 // binary support unless GEM_CPU_ISA lowered it; every x86 build carries both SIMD paths.
 TEST(Matmul, DispatchChoosesTheBestSupportedPath) {
@@ -546,13 +605,13 @@ TEST(Matmul, DispatchChoosesTheBestSupportedPath) {
   const char* forced = std::getenv("GEM_CPU_ISA");
   if (forced != nullptr && forced[0] != '\0') {
     // The override (ctest's kernels_cpu_test_avx2 sets it): taken when this CPU has that path.
-    for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    for (Isa i : kAllIsas) {
       if (isa_name(i) == forced && isa_supported(i)) {
         EXPECT_EQ(active_isa(), i);
       }
     }
   } else {
-    for (Isa better : {Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+    for (Isa better : {Isa::kAmx, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeon}) {
       if (isa_supported(better)) {
         EXPECT_EQ(active_isa(), better);
         break;
@@ -658,7 +717,7 @@ TEST(Matmul, TokensEqualTheirOneTokenProductsBitForBit) {
       RandomWeights w = make_weights(t, rows, cols, rng);
       const std::vector<float> x = make_x(n, cols, rng);
       const OwnedPacked packed = pack_owned(w.view, pool);
-      for (Isa isa : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+      for (Isa isa : kAllIsas) {
         if (!isa_supported(isa)) continue;
         for (const PackedMatrix* pm : {static_cast<const PackedMatrix*>(nullptr), &packed.view}) {
           std::vector<float> all(static_cast<size_t>(n * rows)), one(static_cast<size_t>(rows));

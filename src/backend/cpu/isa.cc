@@ -17,7 +17,7 @@ namespace gem::cpu {
 namespace {
 
 struct Features {
-  bool avx2 = false, fma = false, f16c = false;
+  bool avx2 = false, fma = false, f16c = false, avx_vnni = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
   bool amx_int8 = false;  // AMX-TILE + AMX-INT8 reported by the CPU
   bool amx_usable = false;  // ... and the OS saves tile state and let this process use it
@@ -58,6 +58,7 @@ Features detect() {
   // AVX512_BF16: CPUID leaf 7 sub-leaf 1, EAX bit 5 (reported only; no kernel uses it).
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
   f.avx512bf16 = (a >> 5) & 1;
+  f.avx_vnni = (a >> 4) & 1;  // AVX-VNNI: the same sub-leaf, EAX bit 4
   // AMX-TILE and AMX-INT8: CPUID leaf 7 sub-leaf 0, EDX bits 24 and 25; OSXSAVE: leaf 1 ECX 27.
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
   const bool osxsave = (c >> 27) & 1;
@@ -74,7 +75,7 @@ const Features& features() {
 }
 
 Isa best_supported() {
-  for (Isa i : {Isa::kAmx, Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa i : {Isa::kAmx, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeon}) {
     if (isa_supported(i)) return i;
   }
   return Isa::kScalar;
@@ -85,7 +86,7 @@ Isa choose() {
   const char* env = std::getenv("GEM_CPU_ISA");
   if (env == nullptr || env[0] == '\0') return best;
   const std::string want = env;
-  for (Isa i : {Isa::kScalar, Isa::kNeon, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+  for (Isa i : kAllIsas) {
     if (want == isa_name(i)) {
       if (isa_supported(i)) return i;
       std::fprintf(stderr, "gem: GEM_CPU_ISA=%s is not supported on this CPU/binary; using %s\n",
@@ -93,7 +94,8 @@ Isa choose() {
       return best;
     }
   }
-  std::fprintf(stderr, "gem: GEM_CPU_ISA=%s is not one of scalar, neon, avx2, avx512, amx; using %s\n",
+  std::fprintf(stderr, "gem: GEM_CPU_ISA=%s is not one of scalar, neon, avx2, avxvnni, avx512, amx; "
+               "using %s\n",
                env, std::string(isa_name(best)).c_str());
   return best;
 }
@@ -105,6 +107,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kNeon: return "neon";
     case Isa::kAvx2: return "avx2";
+    case Isa::kAvxVnni: return "avxvnni";
     case Isa::kAvx512: return "avx512";
     case Isa::kAmx: return "amx";
   }
@@ -128,6 +131,8 @@ bool isa_supported(Isa isa) {
 #else
       return false;
 #endif
+    case Isa::kAvxVnni:
+      return isa_supported(Isa::kAvx2) && f.avx_vnni;
     case Isa::kAvx512:
 #if defined(GEM_CPU_X86)
       return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
@@ -153,6 +158,7 @@ std::string isa_description() {
   if (f.avx2) s += " avx2";
   if (f.fma) s += " fma";
   if (f.f16c) s += " f16c";
+  if (f.avx_vnni) s += " avx-vnni";
   if (f.avx512f) s += " avx512f";
   if (f.avx512bw) s += " avx512bw";
   if (f.avx512vl) s += " avx512vl";

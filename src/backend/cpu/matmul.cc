@@ -148,6 +148,12 @@ Kernels select_kernels(Isa isa, DType t, bool have_packed) {
         k.packed = detail::avx512_packed_fn(t);
       }
       break;
+    case Isa::kAvxVnni:  // AVX2, with 256-bit vpdpbusd for packed Q4_0/Q8_0
+      k.packed = have_packed ? detail::avxvnni_packed_fn(t) : nullptr;
+      if (k.packed == nullptr && have_packed) k.packed = detail::avx2_packed_fn(t);
+      k.tile = detail::avx2_tile_fn(t);
+      k.quantize = detail::avx2_quantize_q8;
+      break;
     case Isa::kAvx2:
       k.packed = have_packed ? detail::avx2_packed_fn(t) : nullptr;
       k.tile = detail::avx2_tile_fn(t);
@@ -164,7 +170,7 @@ Kernels select_kernels(Isa isa, DType t, bool have_packed) {
   }
   if (k.tile == nullptr) k.tile = detail::scalar_tile_fn(t);
   k.pairs = k.packed == nullptr && t == DType::kQ4_0 &&
-            (isa == Isa::kAvx2 || isa == Isa::kAvx512 || isa == Isa::kAmx);
+            (isa == Isa::kAvx2 || isa == Isa::kAvxVnni || isa == Isa::kAvx512 || isa == Isa::kAmx);
   return k;
 }
 

@@ -92,7 +92,7 @@ const OpsKernels& ops_kernels(Isa isa) {
     }();
     return merged;
   }
-  if (isa == Isa::kAvx2) return detail::avx2_ops();
+  if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni) return detail::avx2_ops();
 #endif
   return kScalar;  // scalar, and NEON (no NEON forms of these ops yet)
 }

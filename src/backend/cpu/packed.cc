@@ -201,7 +201,9 @@ const PackedMatrix* PackedWeights::find(const model::TensorView& w) const {
 bool repack_enabled() {
   static const bool on = [] {
     const Isa isa = active_isa();
-    if (isa != Isa::kAvx2 && isa != Isa::kAvx512 && isa != Isa::kAmx) return false;
+    if (isa != Isa::kAvx2 && isa != Isa::kAvxVnni && isa != Isa::kAvx512 && isa != Isa::kAmx) {
+      return false;
+    }
     const char* env = std::getenv("GEM_CPU_REPACK");
     return env == nullptr || std::strcmp(env, "0") != 0;
   }();

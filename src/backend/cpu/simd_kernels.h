@@ -1,6 +1,6 @@
 // Internal to the CPU matmul: the rounded-activation layout shared by every kernel, and the
-// per-ISA tile functions (matmul.cc: scalar; matmul_avx2.cc: AVX2; matmul_avx512.cc: AVX-512
-// VNNI; matmul_neon.cc). The x86 kernel files are compiled with their own target flags
+// per-ISA tile functions (matmul.cc: scalar; matmul_avx2.cc: AVX2; matmul_avxvnni.cc: AVX2 with
+// AVX-VNNI; matmul_avx512.cc: AVX-512 VNNI; matmul_neon.cc). The x86 kernel files are compiled with their own target flags
 // (src/backend/cpu/CMakeLists.txt) and called only after isa.cc has checked CPUID, so they must
 // not define anything that other files call without that check: everything they define lives
 // in an anonymous namespace except the entry points declared here.
@@ -69,6 +69,7 @@ TileFn scalar_tile_fn(DType t);  // never null for the supported types
 TileFn avx2_tile_fn(DType t);            // the file's layout (Q4_0 reads Q4PairX records)
 PackedTileFn avx2_packed_fn(DType t);    // Q4_0, Q8_0, Q6_K; else null
 void avx2_quantize_q8(const float* x, int64_t n_blocks, int8_t* q, float* d);
+PackedTileFn avxvnni_packed_fn(DType t);  // Q4_0, Q8_0 (256-bit vpdpbusd); else null
 PackedTileFn avx512_packed_fn(DType t);  // Q4_0, Q8_0, Q6_K; else null
 PackedTileFn amx_packed_fn(DType t);     // Q4_0, Q8_0 (AMX-INT8 tiles); else null
 #endif
