@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -474,33 +475,24 @@ TEST(Matmul, SimdRoundingIsRoundActivations) {
   }
 }
 
-// The AMX path (tile products for ranges of 16 and more tokens, the AVX-512 kernel for the rest)
-// equals the AVX-512 packed kernel bit for bit: the same exact integer block sums, scaled by the
-// same float operations in the same order (matmul_amx.cc). Fresh random weights and activations
-// at the 12B/31B widths and the 12B's ffn_down width, token counts that are whole 16-token
-// tiles, tiles plus a remainder, and more than one chunk; also the extreme codes (every Q4_0
-// nibble 0 or 15, every Q8_0 weight -128 or 127) under the largest activations.
-TEST(Matmul, AmxEqualsAvx512BitForBit) {
-  if (!isa_supported(Isa::kAmx)) {
-    GTEST_SKIP() << "no AMX-INT8 here (" << isa_description() << "): the AMX path is compiled, "
-                 << "not run";
-  }
+// Paths whose Q4_0/Q8_0 products equal the AVX-512 packed kernel's bit for bit, checked on fresh
+// random weights and activations at `shapes` and on the extreme codes (every Q4_0 nibble 0 or
+// 15, every Q8_0 weight -128 or 127) under the largest activations (per-block amax: all q =
+// ±127), with 1 and 3 threads.
+struct BitShape {
+  int64_t rows, cols;
+  int n_tokens;
+};
+void expect_equals_avx512(Isa isa, std::initializer_list<BitShape> shapes, uint64_t seed) {
   ThreadPool pool1(1), pool3(3);
-  struct Shape {
-    int64_t rows, cols;
-    int n_tokens;
-  };
-  const Shape shapes[] = {{48, 3840, 16}, {64, 3840, 130}, {32, 15360, 37}, {32, 5376, 64},
-                          {16, 256, 17},  {80, 4096, 512}};
-  uint64_t seed = base_seed() + 7000;
   for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
-    for (const Shape& sh : shapes) {
+    for (const BitShape& sh : shapes) {
       for (int extreme = 0; extreme < 2; ++extreme) {
         std::mt19937_64 rng(++seed);
         RandomWeights w = make_weights(t, sh.rows, sh.cols, rng);
         std::vector<float> x = make_x(sh.n_tokens, sh.cols, rng);
         if (extreme == 1) {
-          // Largest codes of one sign per row, activations at ±3 (per-block amax: all q = ±127).
+          // Largest codes of one sign per row, activations at ±3.
           const int64_t bb = block_bytes(t);
           for (size_t off = 0; off < w.bytes.size(); off += static_cast<size_t>(bb)) {
             const bool hi = (off / static_cast<size_t>(bb)) % 3 != 0;
@@ -519,15 +511,15 @@ TEST(Matmul, AmxEqualsAvx512BitForBit) {
         matmul_on(Isa::kAvx512, w.view, x.data(), sh.n_tokens, want.data(), pool1, &packed.view);
         for (ThreadPool* pool : {&pool1, &pool3}) {
           std::fill(got.begin(), got.end(), std::nanf(""));
-          matmul_on(Isa::kAmx, w.view, x.data(), sh.n_tokens, got.data(), *pool, &packed.view);
+          matmul_on(isa, w.view, x.data(), sh.n_tokens, got.data(), *pool, &packed.view);
           int bad = 0;
           for (size_t i = 0; i < n; ++i) {
             if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ < 3) {
               ADD_FAILURE() << dtype_name(t) << " rows=" << sh.rows << " cols=" << sh.cols
                             << " tokens=" << sh.n_tokens << " extreme=" << extreme
                             << " threads=" << pool->size() << ": token " << i / sh.rows
-                            << " row " << i % sh.rows << ": amx " << got[i] << ", avx512 "
-                            << want[i];
+                            << " row " << i % sh.rows << ": " << isa_name(isa) << " " << got[i]
+                            << ", avx512 " << want[i];
             }
           }
           EXPECT_EQ(bad, 0);
@@ -537,62 +529,33 @@ TEST(Matmul, AmxEqualsAvx512BitForBit) {
   }
 }
 
-// The AVX-VNNI path's packed Q4_0/Q8_0 kernels are the AVX-512 kernel at half the width: the
-// same exact integer block sums, scaled by the same float operations in the same order
-// (matmul_avxvnni.cc), so the two agree bit for bit. Fresh random weights and activations at the
-// 12B/31B widths and the 12B's ffn_down width: decode, 4-token tiles with remainders, more than
-// one chunk; and the extreme codes (every Q4_0 nibble 0 or 15, every Q8_0 weight -128 or 127)
-// under the largest activations.
+// The AMX path (tile products for ranges of 16 and more tokens, the AVX-512 kernel for the rest)
+// equals the AVX-512 packed kernel bit for bit: the same exact integer block sums, scaled by the
+// same float operations in the same order (matmul_amx.cc). At the 12B/31B widths and the 12B's
+// ffn_down width: token counts that are whole 16-token tiles, tiles plus a remainder, and more
+// than one chunk.
+TEST(Matmul, AmxEqualsAvx512BitForBit) {
+  if (!isa_supported(Isa::kAmx)) {
+    GTEST_SKIP() << "no AMX-INT8 here (" << isa_description() << "): the AMX path is compiled, "
+                 << "not run";
+  }
+  expect_equals_avx512(Isa::kAmx,
+                       {{48, 3840, 16}, {64, 3840, 130}, {32, 15360, 37}, {32, 5376, 64},
+                        {16, 256, 17}, {80, 4096, 512}},
+                       base_seed() + 7000);
+}
+
+// The AVX-VNNI path's packed Q4_0/Q8_0 kernels are the AVX-512 kernel at half the width
+// (matmul_avxvnni.cc), so the two agree bit for bit. Decode (both halves in one pass), 4-token
+// tiles with remainders, more than one chunk.
 TEST(Matmul, AvxVnniEqualsAvx512BitForBit) {
   if (!isa_supported(Isa::kAvxVnni) || !isa_supported(Isa::kAvx512)) {
     GTEST_SKIP() << "needs AVX-VNNI and AVX-512 VNNI (" << isa_description() << ")";
   }
-  ThreadPool pool1(1), pool3(3);
-  struct Shape {
-    int64_t rows, cols;
-    int n_tokens;
-  };
-  const Shape shapes[] = {{48, 3840, 1}, {64, 3840, 7}, {32, 15360, 9}, {32, 5376, 130},
-                          {16, 256, 2},  {80, 4096, 1}};
-  uint64_t seed = base_seed() + 8000;
-  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
-    for (const Shape& sh : shapes) {
-      for (int extreme = 0; extreme < 2; ++extreme) {
-        std::mt19937_64 rng(++seed);
-        RandomWeights w = make_weights(t, sh.rows, sh.cols, rng);
-        std::vector<float> x = make_x(sh.n_tokens, sh.cols, rng);
-        if (extreme == 1) {
-          const int64_t bb = block_bytes(t);
-          for (size_t off = 0; off < w.bytes.size(); off += static_cast<size_t>(bb)) {
-            const bool hi = (off / static_cast<size_t>(bb)) % 3 != 0;
-            std::memset(w.bytes.data() + off + 2, t == DType::kQ4_0 ? (hi ? 0xFF : 0x00) : (hi ? 0x7F : 0x80),
-                        t == DType::kQ4_0 ? 16 : 32);
-          }
-          for (size_t i = 0; i < x.size(); ++i) x[i] = (i / 32) % 2 ? -3.0f : 3.0f;
-        }
-        ASSERT_TRUE(packable(w.view));
-        const OwnedPacked packed = pack_owned(w.view, pool3);
-        const size_t n = static_cast<size_t>(sh.n_tokens * sh.rows);
-        std::vector<float> want(n, std::nanf("")), got(n, std::nanf(""));
-        matmul_on(Isa::kAvx512, w.view, x.data(), sh.n_tokens, want.data(), pool1, &packed.view);
-        for (ThreadPool* pool : {&pool1, &pool3}) {
-          std::fill(got.begin(), got.end(), std::nanf(""));
-          matmul_on(Isa::kAvxVnni, w.view, x.data(), sh.n_tokens, got.data(), *pool, &packed.view);
-          int bad = 0;
-          for (size_t i = 0; i < n; ++i) {
-            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ < 3) {
-              ADD_FAILURE() << dtype_name(t) << " rows=" << sh.rows << " cols=" << sh.cols
-                            << " tokens=" << sh.n_tokens << " extreme=" << extreme
-                            << " threads=" << pool->size() << ": token " << i / sh.rows
-                            << " row " << i % sh.rows << ": avxvnni " << got[i] << ", avx512 "
-                            << want[i];
-            }
-          }
-          EXPECT_EQ(bad, 0);
-        }
-      }
-    }
-  }
+  expect_equals_avx512(Isa::kAvxVnni,
+                       {{48, 3840, 1}, {64, 3840, 7}, {32, 15360, 9}, {32, 5376, 130},
+                        {16, 256, 2}, {80, 4096, 1}},
+                       base_seed() + 8000);
 }
 
 // The runtime dispatch: matmul runs the path isa.cc chose, which is the best one this CPU and
