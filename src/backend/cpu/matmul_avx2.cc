@@ -18,6 +18,9 @@
 #error "matmul_avx2.cc needs its AVX2 target flags (src/backend/cpu/CMakeLists.txt)"
 #endif
 
+#define GEM_CPU_SIMD256_HELPERS 1
+#include "backend/cpu/token_tiles.h"
+
 namespace gem::cpu::detail {
 namespace {
 
@@ -32,16 +35,6 @@ inline float hsum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-inline __m256i loadu256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-inline __m256i bcast32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
 }
 
 // 16 Q4_0 bytes -> 32 signed weights in [-8, 7]: low nibbles are elements 0..15 (low lane),
@@ -467,22 +460,15 @@ inline void decode_packed_q4(const PackedMatrix& w, const QuantizedX& x, int64_t
 template <bool kQ4>
 void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0, int t1,
                  float* y, int64_t ldy) {
-  constexpr int kT = 4;
   if (kQ4 && t1 - t0 == 1) {
     for (int64_t g = g0; g < g1; ++g) decode_packed_q4(w, x, g, t0, y, ldy);
     return;
   }
   for (int64_t g = g0; g < g1; ++g) {
     for (int h = 0; h < 2; ++h) {
-      int t = t0;
-      for (; t + kT <= t1; t += kT) micro_packed_half<kQ4, kT>(w, x, g, h, t, y, ldy, h == 0 && t == t0);
-      const bool pf = h == 0 && t == t0;
-      switch (t1 - t) {
-        case 3: micro_packed_half<kQ4, 3>(w, x, g, h, t, y, ldy, pf); break;
-        case 2: micro_packed_half<kQ4, 2>(w, x, g, h, t, y, ldy, pf); break;
-        case 1: micro_packed_half<kQ4, 1>(w, x, g, h, t, y, ldy, pf); break;
-        default: break;
-      }
+      token_tiles(t0, t1, [&]<int T>(int t, bool first) {
+        micro_packed_half<kQ4, T>(w, x, g, h, t, y, ldy, first && h == 0);
+      });
     }
   }
 }
@@ -589,22 +575,15 @@ inline void micro_packed_q6k_half(const PackedMatrix& w, const QuantizedX& x, in
 
 void packed_tile_q6k(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0,
                      int t1, float* y, int64_t ldy) {
-  constexpr int kT = 4;
   if (t1 - t0 == 1) {
     for (int64_t g = g0; g < g1; ++g) micro_packed_q6k_half<1, 2>(w, x, g, 0, t0, y, ldy, true);
     return;
   }
   for (int64_t g = g0; g < g1; ++g) {
     for (int h = 0; h < 2; ++h) {
-      int t = t0;
-      for (; t + kT <= t1; t += kT) micro_packed_q6k_half<kT, 1>(w, x, g, h, t, y, ldy, h == 0 && t == t0);
-      const bool pf = h == 0 && t == t0;
-      switch (t1 - t) {
-        case 3: micro_packed_q6k_half<3, 1>(w, x, g, h, t, y, ldy, pf); break;
-        case 2: micro_packed_q6k_half<2, 1>(w, x, g, h, t, y, ldy, pf); break;
-        case 1: micro_packed_q6k_half<1, 1>(w, x, g, h, t, y, ldy, pf); break;
-        default: break;
-      }
+      token_tiles(t0, t1, [&]<int T>(int t, bool first) {
+        micro_packed_q6k_half<T, 1>(w, x, g, h, t, y, ldy, first && h == 0);
+      });
     }
   }
 }

@@ -9,6 +9,7 @@
 // weights are shifted to unsigned (w ^ 0x80 = w + 128) and the start value is -128·Σq. Each
 // block's integer sums are then scaled in f32: acc += float(isum) · (d_w[16 rows] · d_x).
 #include "backend/cpu/simd_kernels.h"
+#include "backend/cpu/token_tiles.h"
 
 #ifdef GEM_CPU_X86
 
@@ -98,22 +99,15 @@ inline void micro_packed(const PackedMatrix& w, const QuantizedX& x, int64_t g, 
   for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + (t + j) * ldy + g * kPackRows, acc[j]);
 }
 
-// Token tiles of kT (the register budget: 8 weight slices, kT float accumulators and 2 int32
-// sums per token in flight; 8-token tiles spilled and were slower: ffn_gate/up at 8 tokens
-// 2.76 against 1.83 ms), then the remainder.
+// 4-token tiles (the register budget: 8 weight slices, 4 float accumulators and 2 int32 sums per
+// token in flight; 8-token tiles spilled and were slower: ffn_gate/up at 8 tokens 2.76 against
+// 1.83 ms), then the remainder (token_tiles.h).
 template <bool kQ4>
 void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0, int t1,
                  float* y, int64_t ldy) {
-  constexpr int kT = 4;
   for (int64_t g = g0; g < g1; ++g) {
-    int t = t0;
-    for (; t + kT <= t1; t += kT) micro_packed<kQ4, kT>(w, x, g, t, y, ldy, t == t0);
-    switch (t1 - t) {
-      case 3: micro_packed<kQ4, 3>(w, x, g, t, y, ldy, t == t0); break;
-      case 2: micro_packed<kQ4, 2>(w, x, g, t, y, ldy, t == t0); break;
-      case 1: micro_packed<kQ4, 1>(w, x, g, t, y, ldy, t == t0); break;
-      default: break;
-    }
+    token_tiles(t0, t1,
+                [&]<int T>(int t, bool first) { micro_packed<kQ4, T>(w, x, g, t, y, ldy, first); });
   }
 }
 
@@ -196,16 +190,9 @@ inline void micro_packed_q6k(const PackedMatrix& w, const QuantizedX& x, int64_t
 
 void packed_tile_q6k(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0,
                      int t1, float* y, int64_t ldy) {
-  constexpr int kT = 4;
   for (int64_t g = g0; g < g1; ++g) {
-    int t = t0;
-    for (; t + kT <= t1; t += kT) micro_packed_q6k<kT>(w, x, g, t, y, ldy, t == t0);
-    switch (t1 - t) {
-      case 3: micro_packed_q6k<3>(w, x, g, t, y, ldy, t == t0); break;
-      case 2: micro_packed_q6k<2>(w, x, g, t, y, ldy, t == t0); break;
-      case 1: micro_packed_q6k<1>(w, x, g, t, y, ldy, t == t0); break;
-      default: break;
-    }
+    token_tiles(t0, t1,
+                [&]<int T>(int t, bool first) { micro_packed_q6k<T>(w, x, g, t, y, ldy, first); });
   }
 }
 

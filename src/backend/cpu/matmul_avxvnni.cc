@@ -23,18 +23,11 @@
 #error "matmul_avxvnni.cc needs its AVX2 + AVX-VNNI target flags (src/backend/cpu/CMakeLists.txt)"
 #endif
 
+#define GEM_CPU_SIMD256_HELPERS 1
+#include "backend/cpu/token_tiles.h"
+
 namespace gem::cpu::detail {
 namespace {
-
-inline __m256i loadu256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-inline __m256i bcast32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
 
 // As the AVX-512 kernel: the first token tile of a unit prefetches its weights this far ahead.
 constexpr int64_t kPrefetchBytes = 4096;
@@ -105,22 +98,15 @@ inline void micro_vnni(const PackedMatrix& w, const QuantizedX& x, int64_t g, in
 template <bool kQ4>
 void packed_tile(const PackedMatrix& w, const QuantizedX& x, int64_t g0, int64_t g1, int t0, int t1,
                  float* y, int64_t ldy) {
-  constexpr int kT = 4;
   if (t1 - t0 == 1) {
     for (int64_t g = g0; g < g1; ++g) micro_vnni<kQ4, 1, 2>(w, x, g, 0, t0, y, ldy, true);
     return;
   }
   for (int64_t g = g0; g < g1; ++g) {
     for (int h = 0; h < 2; ++h) {
-      int t = t0;
-      for (; t + kT <= t1; t += kT) micro_vnni<kQ4, kT, 1>(w, x, g, h, t, y, ldy, h == 0 && t == t0);
-      const bool pf = h == 0 && t == t0;
-      switch (t1 - t) {
-        case 3: micro_vnni<kQ4, 3, 1>(w, x, g, h, t, y, ldy, pf); break;
-        case 2: micro_vnni<kQ4, 2, 1>(w, x, g, h, t, y, ldy, pf); break;
-        case 1: micro_vnni<kQ4, 1, 1>(w, x, g, h, t, y, ldy, pf); break;
-        default: break;
-      }
+      token_tiles(t0, t1, [&]<int T>(int t, bool first) {
+        micro_vnni<kQ4, T, 1>(w, x, g, h, t, y, ldy, first && h == 0);
+      });
     }
   }
 }
