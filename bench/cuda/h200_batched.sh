@@ -35,9 +35,10 @@ GEM=$B/bin/gem
 M=/tmp/models
 mkdir -p $M
 
-# The llama.cpp steps: the synthetic file $p and llama.cpp's binaries in $L.
+# The llama.cpp steps: the synthetic file $p (unless the step made its own, $1) and llama.cpp's
+# binaries in $L.
 llama_ready() {
-  [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
+  [ -n "${1:-}" ] || [ -f $M/g$p.gguf ] || { log "synth $p"; $GEM synth --profile $p -q -o $M/g$p.gguf >/dev/null 2>&1; }
   LLAMA_TARGETS="llama-bench llama-batched-bench"
   source bench/server/device_build.sh  # llama_pid (GEM is set: gem is not rebuilt)
   [ -n "${llama_pid:-}" ] && wait $llama_pid
@@ -104,7 +105,7 @@ qat-12b|qat-31b)
   f=$M/g$p-q6k.gguf
   [ -f $f ] || { log "synth $p with a Q6_K head"; $GEM synth --profile $p --embedding q6_k -q -o $f >/dev/null 2>&1; }
   [ -f $M/mtp-g$p-q6k.gguf ] || $GEM synth --assistant-for $f -q -o $M/mtp-g$p-q6k.gguf >/dev/null 2>&1
-  llama_ready
+  llama_ready $f
   log "Q6_K head, $p: gem bench, then llama-bench"
   $GEM bench -m $f --backend cuda -p 1,8,32 -n 128 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
   $L/llama-bench -m $f -ngl 99 -fa 1 -p 1,8,32 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
