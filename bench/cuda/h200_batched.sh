@@ -21,8 +21,8 @@
 #                                           -p 512 -n 128 against llama-batched-bench -npl 8,32)
 #   bash bench/cuda/h200_batched.sh qat-12b|qat-31b   the same file with a Q6_K head, as Google's
 #                                           QAT files tie (gem synth --embedding q6_k): gem bench
-#                                           -p 1,8,32 -n 128 and llama-bench with the same tests,
-#                                           then gem bench --mtp (its assistant, forced 1.0, -v)
+#                                           -p 1,8,32 -n 128, gem bench --mtp (its assistant,
+#                                           forced 1.0, -v), then llama-bench with the same tests
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 step=${1:-build}
@@ -105,13 +105,14 @@ qat-12b|qat-31b)
   f=$M/g$p-q6k.gguf
   [ -f $f ] || { log "synth $p with a Q6_K head"; $GEM synth --profile $p --embedding q6_k -q -o $f >/dev/null 2>&1; }
   [ -f $M/mtp-g$p-q6k.gguf ] || $GEM synth --assistant-for $f -q -o $M/mtp-g$p-q6k.gguf >/dev/null 2>&1
-  llama_ready $f
-  log "Q6_K head, $p: gem bench, then llama-bench"
+  log "Q6_K head, $p: gem bench"
   $GEM bench -m $f --backend cuda -p 1,8,32 -n 128 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
-  $L/llama-bench -m $f -ngl 99 -fa 1 -p 1,8,32 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
   log "Q6_K head, $p: gem bench --mtp, forced 1.0"
   $GEM bench -m $f --backend cuda --mtp $M/mtp-g$p-q6k.gguf -p 512 -n 256 -r 3 --forced-acceptance 1 -v \
     2>/dev/null | grep -E "\||ms" | tee -a "$OUT/batched.txt"
+  llama_ready $f
+  log "Q6_K head, $p: llama-bench"
+  $L/llama-bench -m $f -ngl 99 -fa 1 -p 1,8,32 -n 128 -r 3 2>>"$OUT/llama.log" | grep "|" | tee -a "$OUT/batched.txt"
   ;;
 esac
 log "$step done"
