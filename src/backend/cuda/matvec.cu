@@ -219,52 +219,73 @@ __global__ void __launch_bounds__(kQWarps * 32)
   }
 }
 
-// One warp per row and up to kN tokens of f32 activations (tokens from blockIdx.y·kN): F32 or Q6_K
-// weights (the test models' and the Q6_K head). Each weight is decoded once and applied to every
-// token; each token's value is what kN = 1 (decode) gives: the same per-lane terms in the same
-// order, the same warp sum.
-template <int kN>
+// One warp per kR rows and up to kN tokens of f32 activations (tokens from blockIdx.y·kN): F32 or
+// Q6_K weights (the test models' and the Q6_K head). Each weight is decoded once and applied to
+// every token, and each activation is loaded once for the warp's kR rows; each (row, token) value
+// is what kN = kR = 1 (decode) gives: the same per-lane terms in the same order, the same warp sum.
+template <int kN, int kR>
 __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, float cap) {
   pdl_trigger();
   pdl_wait();
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (row >= w.rows) return;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kR;
+  if (row0 >= w.rows) return;
   const int t0 = blockIdx.y * kN;
   const int64_t cols = w.cols;
   int64_t xoff[kN];  // token t0 + t's row (tokens past n read the last one and are not stored)
 #pragma unroll
   for (int t = 0; t < kN; ++t) xoff[t] = static_cast<int64_t>(t0 + t < n ? t0 + t : n - 1) * cols;
-  float acc[kN] = {};
+  int64_t rows[kR];  // rows past the end compute on the last one and are not stored
+#pragma unroll
+  for (int r = 0; r < kR; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
+  float acc[kR][kN] = {};
   if (w.type == WType::kQ6_K) {
     const int64_t nsb = cols / 256;
-    const uint8_t* base = w.raw + row * nsb * 210;
     for (int64_t sbi = 0; sbi < nsb; ++sbi) {
-      const uint8_t* sb = base + sbi * 210;
-      float part[kN] = {};
+      float part[kR][kN] = {};
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const int64_t j = lane + 32 * k;
-        const float v = q6k_value_mv(sb, static_cast<int>(j));
+        float xv[kN];
 #pragma unroll
-        for (int t = 0; t < kN; ++t) part[t] = f_acc(part[t], v, x[xoff[t] + sbi * 256 + j]);
+        for (int t = 0; t < kN; ++t) xv[t] = x[xoff[t] + sbi * 256 + j];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const float v = q6k_value_mv(w.raw + (rows[r] * nsb + sbi) * 210, static_cast<int>(j));
+#pragma unroll
+          for (int t = 0; t < kN; ++t) part[r][t] = f_acc(part[r][t], v, xv[t]);
+        }
       }
-      const float d = __half2float(*reinterpret_cast<const __half*>(sb + 208));
 #pragma unroll
-      for (int t = 0; t < kN; ++t) acc[t] = f_acc(acc[t], part[t], d);
+      for (int r = 0; r < kR; ++r) {
+        const float d = __half2float(*reinterpret_cast<const __half*>(w.raw + (rows[r] * nsb + sbi) * 210 + 208));
+#pragma unroll
+        for (int t = 0; t < kN; ++t) acc[r][t] = f_acc(acc[r][t], part[r][t], d);
+      }
     }
   } else {
-    const float* wr = reinterpret_cast<const float*>(w.raw) + row * cols;
+    const float* wf = reinterpret_cast<const float*>(w.raw);
     for (int64_t c = lane; c < cols; c += 32) {
-      const float v = wr[c];
+      float xv[kN];
 #pragma unroll
-      for (int t = 0; t < kN; ++t) acc[t] = f_acc(acc[t], v, x[xoff[t] + c]);
+      for (int t = 0; t < kN; ++t) xv[t] = x[xoff[t] + c];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const float v = wf[rows[r] * cols + c];
+#pragma unroll
+        for (int t = 0; t < kN; ++t) acc[r][t] = f_acc(acc[r][t], v, xv[t]);
+      }
     }
   }
 #pragma unroll
-  for (int t = 0; t < kN; ++t) {
-    const float v = warp_sum(acc[t]);
-    if (lane == 0 && t0 + t < n) y[(t0 + t) * w.rows + row] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int t = 0; t < kN; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0 && t0 + t < n && row0 + r < w.rows) {
+        y[(t0 + t) * w.rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+      }
+    }
   }
 }
 
@@ -350,14 +371,20 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
   } else {
     // Decode: one token; several (the rows pass, the F32 test models' prompts): 8 or 16 tokens
     // a warp, so the weights (the Q6_K head: 826 MB on the 12B) are read once per group.
+    // Several tokens: 4 (8 tokens) or 2 (16) rows a warp, so that each activation loaded serves
+    // several rows (the loads of x, not the weights, bound the 8-token Q6_K head: 0.40 TB/s at
+    // one row a warp, run 94).
     const int per = n == 1 ? 1 : (n <= 8 ? 8 : 16);
-    const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps), (n + per - 1) / per);
+    const int rpw = per == 1 ? 1 : (per == 8 ? 4 : 2);
+    const int64_t rows_per_block = static_cast<int64_t>(kWarps) * rpw;
+    const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block),
+                    (n + per - 1) / per);
     if (per == 1) {
-      launch(matvec_f_kernel<1>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
+      launch(matvec_f_kernel<1, 1>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
     } else if (per == 8) {
-      launch(matvec_f_kernel<8>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
+      launch(matvec_f_kernel<8, 4>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
     } else {
-      launch(matvec_f_kernel<16>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
+      launch(matvec_f_kernel<16, 2>, grid, kWarps * 32, 0, s, w, x, n, y, cap);
     }
   }
   GEM_CUDA_LAUNCHED();
