@@ -372,8 +372,8 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     // Decode: one token; several (the rows pass, the F32 test models' prompts): 8 or 16 tokens
     // a warp, so the weights (the Q6_K head: 826 MB on the 12B) are read once per group.
     // Several tokens: 4 (8 tokens) or 2 (16) rows a warp, so that each activation loaded serves
-    // several rows (the loads of x, not the weights, bound the 8-token Q6_K head: 0.40 TB/s at
-    // one row a warp, run 94).
+    // several rows: at one row a warp, every weight costs one f32 load of x per token, and those
+    // loads, not the weight bytes, bounded the 8-token Q6_K head (bench/RESULTS.md).
     const int per = n == 1 ? 1 : (n <= 8 ? 8 : 16);
     const int rpw = per == 1 ? 1 : (per == 8 ? 4 : 2);
     const int64_t rows_per_block = static_cast<int64_t>(kWarps) * rpw;
