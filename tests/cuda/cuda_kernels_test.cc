@@ -133,7 +133,7 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   Dev<cuda::Q8Ds> xds(cols / 32);
   cuda::Q8Act q{xq.p, xds.p};
   cuda::quantize_q8(dx.p, 1, static_cast<int>(cols), q, nullptr);
-  const bool q8 = type == DType::kQ4_0 || type == DType::kQ8_0;
+  const bool q8 = type != DType::kF32;  // matvec_reads_q8
   const std::vector<double> bound = q8 ? q8_error_bound(w, x) : std::vector<double>(rows, 0.0);
   for (int variant = 0; variant < (q8 ? kMatvecVariants : 1); ++variant) {
     const cuda::CudaTuning c = matvec_variant(variant);

@@ -229,8 +229,8 @@ std::vector<int64_t> sample_rows(int64_t rows) {
 
 double softcap(double v, float cap) { return cap > 0.0f ? cap * std::tanh(v / cap) : v; }
 
-// The arithmetic a run used: q8 activations and integer dots (dp4a, matvec on Q4_0/Q8_0), f16
-// weights and x (mma), or f32 (matvec on Q6_K and F32 weights).
+// The arithmetic a run used: q8 activations and integer dots (dp4a, matvec on Q4_0/Q8_0/Q6_K),
+// f16 weights and x (mma), or f32 (matvec on F32 weights).
 enum class Arith { kQ8, kF16, kF32 };
 
 // A value's reference and tolerance: against the run's own arithmetic in double (vs_path: only
@@ -306,7 +306,7 @@ void check_case(const Case& c, const std::vector<int>& splits = {0}) {
     Arith a = run.kernel == cuda::MatmulNKernel::kDp4a ? Arith::kQ8 : Arith::kF16;
     if (run.kernel == cuda::MatmulNKernel::kAuto) {
       if (n == 1) {
-        a = w.type == DType::kQ6_K ? Arith::kF32 : Arith::kQ8;  // the decode matvec
+        a = Arith::kQ8;  // the decode matvec
       } else {
         a = cuda::matmul_n_reads_q8(w.m, n, c.up != nullptr) ? Arith::kQ8 : Arith::kF16;
       }
@@ -357,7 +357,7 @@ void check_case(const Case& c, const std::vector<int>& splits = {0}) {
   if (c.up && w.type != DType::kQ4_0) return;
   const std::vector<float> mv = dmv.get();
   int bad = 0;
-  const Arith mv_arith = w.type == DType::kQ6_K || w.type == DType::kF32 ? Arith::kF32 : Arith::kQ8;
+  const Arith mv_arith = w.type == DType::kF32 ? Arith::kF32 : Arith::kQ8;
   // Same arithmetic: float rounding only (twice the accumulation term). Else each within its bound
   // of the exact product.
   auto tol_of = [&](const Ref& r) {

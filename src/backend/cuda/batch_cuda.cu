@@ -136,7 +136,7 @@ void CudaBackend::layer_rows(const model::LayerPlan& p, const DevLayer& L, int n
   mark(Stage::kAttnOut, p.layer);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, n, E, eps, h_, hq_, stream_, t, true);
   mark(Stage::kEpilogue, p.layer);
-  const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
+  const bool down_q8 = cuda::matvec_reads_q8(L.down.type);
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
     // With the down product's q8 input (gq_), as layer_decode's quantize_q8 makes it.
     cuda::matmul_rows_gated(L.gate, L.up, hq_, n, g_, down_q8 ? gq_ : Q8Act{}, stream_, t);

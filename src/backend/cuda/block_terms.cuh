@@ -29,7 +29,7 @@ __device__ __forceinline__ float q_block_acc(float acc, int biased, float dw, fl
   return __fmaf_rn(dw, __fmaf_rn(s, __int_as_float(biased), sb), acc);
 }
 
-// acc + w·x for the f32-activation products (F32 and Q6_K weights).
+// acc + w·x for the f32-activation products (F32 weights).
 __device__ __forceinline__ float f_acc(float acc, float w, float x) { return __fmaf_rn(w, x, acc); }
 
 // The warp sum of 32 lane partials v[0..31] as warp_sum's butterfly leaves it in every lane:

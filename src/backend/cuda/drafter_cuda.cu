@@ -325,7 +325,7 @@ void CudaDrafter::enqueue_step(int slot, int i) {
       matvec(L.up, a_, aq_, 1, gu_ + F, 0.0f, s, t);
       gelu_mul(gu_, 1, F, g_, s);
     }
-    if (L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0) quantize_q8(g_, 1, F, gq_, s);
+    if (matvec_reads_q8(L.down.type)) quantize_q8(g_, 1, F, gq_, s);
     matvec(L.down, g_, gq_, 1, proj_, 0.0f, s, t);
     const float* w_next = il + 1 == layers_.size() ? output_norm_ : layers_[il + 1].attn_norm;
     residual_norm_scale(z_, proj_, L.post_ffw_norm, L.out_scale, w_next, 1, E, eps, a_, aq_, s, t);

@@ -329,7 +329,7 @@ void CudaBackend::layer_decode(const model::LayerPlan& p, const DevLayer& L, boo
   mark(Stage::kAttnOut, p.layer);
   cuda::residual_norm(x_, a_, L.post_attn_norm, L.ffn_norm, 1, E, eps, h_, hq_, stream_, t);
   mark(Stage::kEpilogue, p.layer);
-  const bool down_q8 = L.down.type == WType::kQ4_0 || L.down.type == WType::kQ8_0;
+  const bool down_q8 = cuda::matvec_reads_q8(L.down.type);
   if (L.gate.type == WType::kQ4_0 && L.up.type == WType::kQ4_0) {
     cuda::matvec_gated(L.gate, L.up, hq_, 1, g_, stream_, t);
     mark(Stage::kFfnGateUp, p.layer);

@@ -264,8 +264,9 @@ void matmul_rows_gated(const DevMatrix& gate, const DevMatrix& up, Q8Act xq, int
 }
 
 bool matmul_n_reads_q8(const DevMatrix& w, int n, bool gated) {
+  if (n == 1) return matvec_reads_q8(w.type);  // matvec
   if (!split_type(w.type)) return false;
-  return n == 1 || choose(w, n, gated).kernel == MatmulNKernel::kDp4a;
+  return choose(w, n, gated).kernel == MatmulNKernel::kDp4a;
 }
 
 int matmul_n_max() { return kMaxN; }

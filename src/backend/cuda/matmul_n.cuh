@@ -23,10 +23,10 @@ void matmul_n_gated(const DevMatrix& gate, const DevMatrix& up, const float* x, 
 
 // The products of a rows pass (batch_cuda.cu): every row y[t] equals, bit for bit, what the
 // decode step's product (matvec, matvec_gated) gives for that row alone, whatever n and the
-// other rows are — the arithmetic of decode (block_terms.cuh: q8 activations for Q4_0/Q8_0, f32
-// for Q6_K and F32). Each weight is read once per group of up to 32 rows (Q4_0/Q8_0 from 3 rows
-// on the tensor cores: matmul_rows_mma.cu; 2 rows, or where its shape rules fail, dp4a in groups
-// of 8) or 16 rows (Q6_K and F32: matvec's kernel over several tokens).
+// other rows are — the arithmetic of decode (block_terms.cuh: q8 activations for Q4_0/Q8_0/Q6_K,
+// f32 for F32). Each weight is read once per group of up to 32 rows (Q4_0/Q8_0 from 3 rows on the
+// tensor cores: matmul_rows_mma.cu; 2 rows, or where its shape rules fail, dp4a in groups of 8),
+// 8 rows (Q6_K) or 16 rows (F32): matvec's kernels over several tokens.
 // matmul_rows reads both x and xq; matmul_rows_gated only xq (Q4_0 gate and up, as
 // matvec_gated), and with gq set also writes g's q8 copy (as quantize_q8 makes it from g: the
 // down product's input; its 32-row tiles of up to 16 rows write it themselves).

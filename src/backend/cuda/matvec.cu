@@ -1,5 +1,5 @@
-// Matrix-vector products of decode (Q4_0/Q8_0 weights against q8 activations with dp4a; Q6_K
-// and F32 against f32), the fused gate|up GELU product, and the Q4_0/Q8_0/Q6_K/F32 → f16
+// Matrix-vector products of decode (Q4_0/Q8_0/Q6_K weights against q8 activations with dp4a;
+// F32 against f32), the fused gate|up GELU product, and the Q4_0/Q8_0/Q6_K/F32 → f16
 // dequantisation that feeds cuBLAS in prefill.
 #include <cuda_fp16.h>
 
@@ -13,7 +13,7 @@
 namespace gem::cuda {
 namespace {
 
-constexpr int kWarps = 8;  // warps per block of the f32/Q6_K matvec kernel
+constexpr int kWarps = 8;  // warps per block of the F32 matvec kernel
 
 __device__ __forceinline__ float q6k_value_mv(const uint8_t* sb, int j) {
   const uint8_t* ql = sb + 64 * (j >> 7);
@@ -219,10 +219,10 @@ __global__ void __launch_bounds__(kQWarps * 32)
   }
 }
 
-// One warp per kR rows and up to kN tokens of f32 activations (tokens from blockIdx.y·kN): F32 or
-// Q6_K weights (the test models' and the Q6_K head). Each weight is decoded once and applied to
-// every token, and each activation is loaded once for the warp's kR rows; each (row, token) value
-// is what kN = kR = 1 (decode) gives: the same per-lane terms in the same order, the same warp sum.
+// One warp per kR rows and up to kN tokens of f32 activations (tokens from blockIdx.y·kN): F32
+// weights (the test models'). Each weight is loaded once and applied to every token, and each
+// activation is loaded once for the warp's kR rows; each (row, token) value is what kN = kR = 1
+// (decode) gives: the same per-lane terms in the same order, the same warp sum.
 template <int kN, int kR>
 __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, float cap) {
   pdl_trigger();
@@ -239,42 +239,16 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, fl
 #pragma unroll
   for (int r = 0; r < kR; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
   float acc[kR][kN] = {};
-  if (w.type == WType::kQ6_K) {
-    const int64_t nsb = cols / 256;
-    for (int64_t sbi = 0; sbi < nsb; ++sbi) {
-      float part[kR][kN] = {};
+  const float* wf = reinterpret_cast<const float*>(w.raw);
+  for (int64_t c = lane; c < cols; c += 32) {
+    float xv[kN];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int64_t j = lane + 32 * k;
-        float xv[kN];
+    for (int t = 0; t < kN; ++t) xv[t] = x[xoff[t] + c];
 #pragma unroll
-        for (int t = 0; t < kN; ++t) xv[t] = x[xoff[t] + sbi * 256 + j];
+    for (int r = 0; r < kR; ++r) {
+      const float v = wf[rows[r] * cols + c];
 #pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          const float v = q6k_value_mv(w.raw + (rows[r] * nsb + sbi) * 210, static_cast<int>(j));
-#pragma unroll
-          for (int t = 0; t < kN; ++t) part[r][t] = f_acc(part[r][t], v, xv[t]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const float d = __half2float(*reinterpret_cast<const __half*>(w.raw + (rows[r] * nsb + sbi) * 210 + 208));
-#pragma unroll
-        for (int t = 0; t < kN; ++t) acc[r][t] = f_acc(acc[r][t], part[r][t], d);
-      }
-    }
-  } else {
-    const float* wf = reinterpret_cast<const float*>(w.raw);
-    for (int64_t c = lane; c < cols; c += 32) {
-      float xv[kN];
-#pragma unroll
-      for (int t = 0; t < kN; ++t) xv[t] = x[xoff[t] + c];
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const float v = wf[rows[r] * cols + c];
-#pragma unroll
-        for (int t = 0; t < kN; ++t) acc[r][t] = f_acc(acc[r][t], v, xv[t]);
-      }
+      for (int t = 0; t < kN; ++t) acc[r][t] = f_acc(acc[r][t], v, xv[t]);
     }
   }
 #pragma unroll
@@ -287,6 +261,183 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, fl
       }
     }
   }
+}
+
+// The Q6_K product (the Q6_K head of Google's QAT files: 262144 rows): q8 activations and dp4a,
+// as for Q4_0/Q8_0. Super-blocks are 210 bytes, so a row's fields are only 2-byte aligned and a
+// lane's own loads could not be both wide and coalesced; instead a block copies its kQ6Warps·kR
+// rows (contiguous bytes) into shared memory with 16-byte cp.async (every global load full and
+// coalesced, issued before pdl_wait: weights are never written by an earlier kernel), and lanes
+// read their fields from there.
+//
+// A row's work unit (4 per super-block s; unit 4s + 2h + c) is 16 values l = 16c..16c+15 of each
+// quarter u of half h: ql bytes 64h + 16c (quarters 0, 2: low, high nibble) and 64h + 32 + 16c
+// (quarters 1, 3), qh bytes 128 + 32h + 16c (bits 2u), one scale per quarter sc[8h + 2u + c], and
+// d. Quarter u multiplies the 16 q8 values 16c.. of x block 8s + 4h + u. Per (row, token) and unit:
+//   part = Σ_u sc_u · round(s_x,u · Σ_16 (q − 32)·q_x)   (the integer sum exact, biased as in
+//          block_terms.cuh: no conversion instruction),
+//   acc  = fma(d, part, acc),
+// lane j taking units j, j + 32, ...; then the warp sum. kN/kR change only which (row, token)
+// pairs a warp computes, never the terms or their order: every n equals decode bit for bit.
+constexpr int kQ6Warps = 8;
+constexpr int kQ6SbBytes = 210;
+
+// 16 bytes from a 2-byte-aligned shared address: five aligned words, shifted.
+__device__ __forceinline__ uint4 lds16_a2(const uint8_t* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+  const uint32_t sh = static_cast<uint32_t>(a & 3) * 8;
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh),
+                    __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
+}
+
+// Six-bit codes q of four bytes (low bits `lo` at bits 0-3 of each byte, high bits at bits 4-5 of
+// `hi`) as int8 q − 32: (q | 0x80) − 0x20 per byte never borrows across bytes, and flipping bit 7
+// back gives q − 32 in two's complement.
+__device__ __forceinline__ int q6_signed(uint32_t lo, uint32_t hi) {
+  const uint32_t q = (lo & 0x0F0F0F0Fu) | (hi & 0x30303030u) | 0x80808080u;
+  return static_cast<int>((q - 0x20202020u) ^ 0x80808080u);
+}
+
+// A unit's decoded weights for one row: v[u][k] = word k (4 values) of quarter u, sc[u], d.
+struct Q6Unit {
+  int v[4][4];
+  float sc[4];
+  float d;
+};
+__device__ __forceinline__ Q6Unit q6_unit(const uint8_t* sb, int h, int c) {
+  Q6Unit r;
+  const uint4 a = lds16_a2(sb + 64 * h + 16 * c), b = lds16_a2(sb + 64 * h + 32 + 16 * c);
+  const uint4 q = lds16_a2(sb + 128 + 32 * h + 16 * c);
+  const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+  const uint32_t hw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    r.v[0][k] = q6_signed(aw[k], hw[k] << 4);
+    r.v[1][k] = q6_signed(bw[k], hw[k] << 2);
+    r.v[2][k] = q6_signed(aw[k] >> 4, hw[k]);
+    r.v[3][k] = q6_signed(bw[k] >> 4, hw[k] >> 2);
+  }
+  // sc[8h + 2u + c]: bytes c, c + 2 of the half's first four scale bytes, then of the next four.
+  const uint8_t* scp = sb + 192 + 8 * h;
+  const uint32_t s0 = *reinterpret_cast<const unsigned short*>(scp) |
+                      (static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(scp + 2)) << 16);
+  const uint32_t s1 = *reinterpret_cast<const unsigned short*>(scp + 4) |
+                      (static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(scp + 6)) << 16);
+  r.sc[0] = static_cast<float>(static_cast<int8_t>(s0 >> (8 * c)));
+  r.sc[1] = static_cast<float>(static_cast<int8_t>(s0 >> (8 * c + 16)));
+  r.sc[2] = static_cast<float>(static_cast<int8_t>(s1 >> (8 * c)));
+  r.sc[3] = static_cast<float>(static_cast<int8_t>(s1 >> (8 * c + 16)));
+  r.d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(sb + 208)));
+  return r;
+}
+
+// 16 bytes global → shared through L2 with the weights' policy, the bytes past `valid` zero-filled
+// (the matrix's last 16-byte chunk).
+__device__ __forceinline__ void cp_async16_w(void* smem, const void* gmem, int valid, uint64_t pol) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst),
+               "l"(gmem), "r"(valid), "l"(pol)
+               : "memory");
+}
+
+template <int kN, int kR>
+__global__ void __launch_bounds__(kQ6Warps * 32, kN == 1 ? 4 : 3)
+    matvec_q6k_kernel(const uint8_t* raw, int64_t rows, int cols, const int8_t* xq,
+                      const Q8Ds* xds, int n, float* y, float cap, MvFlags mf) {
+  extern __shared__ __align__(16) uint8_t tile[];
+  pdl_trigger();
+  constexpr int kTileRows = kQ6Warps * kR;
+  const int nsb = cols / 256, units = 4 * nsb;
+  const int64_t row_bytes = static_cast<int64_t>(nsb) * kQ6SbBytes;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t begin = r0 * row_bytes;
+  const int64_t end = (r0 + kTileRows < rows ? r0 + kTileRows : rows) * row_bytes;
+  const int64_t total = rows * row_bytes, first = begin & ~int64_t{15};
+  const uint64_t pol = weight_policy(mf.evict_first);
+  if (!mf.preload) pdl_wait();
+  for (int64_t o = first + 16 * threadIdx.x; o < end; o += 16 * kQ6Warps * 32) {
+    const int64_t left = total - o;
+    cp_async16_w(tile + (o - first), raw + o, left < 16 ? static_cast<int>(left) : 16, pol);
+  }
+  cp_async_commit();
+  if (mf.preload) pdl_wait();
+  cp_async_wait<0>();
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = r0 + (threadIdx.x >> 5) * kR;
+  if (row0 >= rows) return;
+  const int t0 = blockIdx.y * kN;
+  const uint8_t* rbase[kR];  // rows past the end compute on the tile's first row, never stored
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int64_t row = row0 + r < rows ? row0 + r : r0;
+    rbase[r] = tile + (begin - first) + (row - r0) * row_bytes;
+  }
+  float acc[kR][kN] = {};
+  for (int unit = lane; unit < units; unit += 32) {
+    const int s = unit >> 2, h = (unit >> 1) & 1, c = unit & 1;
+    Q6Unit wu[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) wu[r] = q6_unit(rbase[r] + s * kQ6SbBytes, h, c);
+#pragma unroll
+    for (int t = 0; t < kN; ++t) {
+      // Tokens past n read the last one and are not stored. Plain loads: the previous kernel
+      // wrote x.
+      const int64_t tt = t0 + t < n ? t0 + t : n - 1;
+      const int8_t* xt = xq + tt * cols + 256 * s + 128 * h + 16 * c;
+      const Q8Ds* dt = xds + tt * (cols / 32) + 8 * s + 4 * h;
+      int4 xv[4];
+      float dx[4], ub[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        xv[u] = *reinterpret_cast<const int4*>(xt + 32 * u);
+        dx[u] = dt[u].s;
+        ub[u] = isum_unbias(dx[u]);
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        float part = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          int isum = __dp4a(wu[r].v[u][0], xv[u].x, kIsumBias);
+          isum = __dp4a(wu[r].v[u][1], xv[u].y, isum);
+          isum = __dp4a(wu[r].v[u][2], xv[u].z, isum);
+          isum = __dp4a(wu[r].v[u][3], xv[u].w, isum);
+          part = __fmaf_rn(wu[r].sc[u], __fmaf_rn(dx[u], __int_as_float(isum), ub[u]), part);
+        }
+        acc[r][t] = __fmaf_rn(wu[r].d, part, acc[r][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int t = 0; t < kN; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0 && t0 + t < n && row0 + r < rows) {
+        y[static_cast<int64_t>(t0 + t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+      }
+    }
+  }
+}
+
+template <int kN, int kR>
+void launch_q6k(const DevMatrix& w, Q8Act xq, int n, float* y, float cap, cudaStream_t s,
+                MvFlags mf) {
+  constexpr int kTileRows = kQ6Warps * kR;
+  const int64_t row_bytes = (w.cols / 256) * kQ6SbBytes;
+  const size_t smem = static_cast<size_t>(kTileRows * row_bytes + 32);
+  static const bool ready = [] {
+    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_q6k_kernel<kN, kR>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+    return true;
+  }();
+  (void)ready;
+  const dim3 grid(static_cast<unsigned>((w.rows + kTileRows - 1) / kTileRows), (n + kN - 1) / kN);
+  launch(matvec_q6k_kernel<kN, kR>, grid, kQ6Warps * 32, smem, s, w.raw, w.rows,
+         static_cast<int>(w.cols), xq.q, xq.ds, n, y, cap, mf);
 }
 
 // One thread per 32-weight block of rows [r0, r0+nr).
@@ -368,12 +519,17 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     } else {
       go(matvec_q_kernel<true, kRows, 2>);
     }
+  } else if (w.type == WType::kQ6_K) {
+    // One token (decode), or 8 a pass (the rows pass: each weight tile read once for them).
+    const MvFlags mf{t.mv_evict_first, t.mv_preload};
+    if (n == 1) {
+      launch_q6k<1, 1>(w, xq, n, y, cap, s, mf);
+    } else {
+      launch_q6k<8, 1>(w, xq, n, y, cap, s, mf);
+    }
   } else {
-    // Decode: one token; several (the rows pass, the F32 test models' prompts): 8 or 16 tokens
-    // a warp, so the weights (the Q6_K head: 826 MB on the 12B) are read once per group.
-    // Several tokens: 4 (8 tokens) or 2 (16) rows a warp, so that each activation loaded serves
-    // several rows: at one row a warp, every weight costs one f32 load of x per token, and those
-    // loads, not the weight bytes, bounded the 8-token Q6_K head (bench/RESULTS.md).
+    // F32 (the test models): one token, or 8 or 16 a warp over 4 or 2 rows a warp, so that each
+    // activation loaded serves several rows.
     const int per = n == 1 ? 1 : (n <= 8 ? 8 : 16);
     const int rpw = per == 1 ? 1 : (per == 8 ? 4 : 2);
     const int64_t rows_per_block = static_cast<int64_t>(kWarps) * rpw;

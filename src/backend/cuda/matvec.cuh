@@ -1,5 +1,5 @@
-// Launchers of the products: decode matrix-vector products (Q4_0/Q8_0 against q8 activations,
-// Q6_K/F32 against f32), the fused gate|up GELU product, and the weights' repack and f16
+// Launchers of the products: decode matrix-vector products (Q4_0/Q8_0/Q6_K against q8
+// activations, F32 against f32), the fused gate|up GELU product, and the weights' repack and f16
 // dequantisation.
 #pragma once
 
@@ -12,7 +12,10 @@
 
 namespace gem::cuda {
 
-// y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0 take xq (q8), F32/Q6_K take x.
+// Whether matvec reads a matrix's input as q8 (xq: Q4_0, Q8_0, Q6_K) rather than f32 (x: F32).
+inline bool matvec_reads_q8(WType t) { return t != WType::kF32; }
+
+// y[t, r] = Σ_c W[r, c]·x[t, c] for n ≤ a few rows; Q4_0/Q8_0/Q6_K take xq (q8), F32 takes x.
 // With cap > 0 the result is soft-capped (the output head). The weights' load policy:
 // t.mv_evict_first, t.mv_preload.
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
