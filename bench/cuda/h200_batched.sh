@@ -2,7 +2,7 @@
 # Issue 22's figures on the GPU machine (run from the repository root there, .device/deps carried
 # as for bench/cuda/h200_run.sh), in steps that fit a call each:
 #   bash bench/cuda/h200_batched.sh build   gem, the CUDA tests and the test models; the CUDA
-#                                           backend, n-token product and profiler tests
+#                                           backend, n-token product, matvec and profiler tests
 #                                           (FILTER=gtest-filter limits the backend test)
 #   bash bench/cuda/h200_batched.sh 12b     gem synth 12b; gem bench -p 1,2,4,8,16,32,64,512
 #                                           -n 128 and --parallel 1..32 -p 512 -n 128; gem profile
@@ -21,8 +21,10 @@
 #                                           -p 512 -n 128 against llama-batched-bench -npl 8,32)
 #   bash bench/cuda/h200_batched.sh qat-12b|qat-31b   the same file with a Q6_K head, as Google's
 #                                           QAT files tie (gem synth --embedding q6_k): gem bench
-#                                           -p 1,8,32 -n 128, gem bench --mtp (its assistant,
-#                                           forced 1.0, -v), then llama-bench with the same tests
+#                                           -p 1,8,32 -n 128, gem profile --rows 1 --verify 8
+#                                           (the head's µs and bytes/s), gem bench --mtp (its
+#                                           assistant, forced 1.0, -v), then llama-bench with the
+#                                           same tests
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out.
 set -u
 step=${1:-build}
@@ -52,8 +54,9 @@ build)
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEM_CUDA=ON -DGEM_BUILD_BENCH=OFF \
     -DGEM_WERROR=OFF >"$OUT/build.log" 2>&1 &&
     cmake --build $B -j16 --target gem gem_test_models cuda_backend_test matmul_n_test \
-      cuda_profile_test speculative_cuda_test drafter_cuda_test >>"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" "$OUT/build.log" | head; exit 1; }
+      cuda_profile_test speculative_cuda_test drafter_cuda_test cuda_kernels_test >>"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" "$OUT/build.log" | head; exit 1; }
   log "built"
+  (cd $B && timeout 120 ./tests/cuda/cuda_kernels_test --gtest_filter='CudaMatvec*:CudaDequant*' 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|gpu " | head -30) | tee -a "$OUT/batched.txt"
   for t in matmul_n_test cuda_profile_test; do
     (cd $B && timeout 150 ./tests/cuda/$t 2>&1 | grep -E "^\[  (FAILED|PASSED|  OK)|Failure|Expected|Which" | head -40) | tee -a "$OUT/batched.txt"
   done
@@ -107,6 +110,9 @@ qat-12b|qat-31b)
   [ -f $M/mtp-g$p-q6k.gguf ] || $GEM synth --assistant-for $f -q -o $M/mtp-g$p-q6k.gguf >/dev/null 2>&1
   log "Q6_K head, $p: gem bench"
   $GEM bench -m $f --backend cuda -p 1,8,32 -n 128 -r 3 2>/dev/null | grep "|" | tee -a "$OUT/batched.txt"
+  log "Q6_K head, $p: gem profile (decode step, 8-row verification)"
+  $GEM profile -m $f --backend cuda --rows 1 --verify 8 -n 10 >"$OUT/profile_qat_$p.md" 2>>"$OUT/profile.log"
+  grep -E "^\| (stage|head|all stages)|^forward" "$OUT/profile_qat_$p.md" | tee -a "$OUT/batched.txt"
   log "Q6_K head, $p: gem bench --mtp, forced 1.0"
   $GEM bench -m $f --backend cuda --mtp $M/mtp-g$p-q6k.gguf -p 512 -n 256 -r 3 --forced-acceptance 1 -v \
     2>/dev/null | grep -E "\||ms" | tee -a "$OUT/batched.txt"
