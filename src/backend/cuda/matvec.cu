@@ -265,7 +265,7 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, fl
 
 // The Q6_K product (the Q6_K head of Google's QAT files: 262144 rows): q8 activations and dp4a,
 // as for Q4_0/Q8_0. Super-blocks are 210 bytes, so a row's fields are only 2-byte aligned and a
-// lane's own loads could not be both wide and coalesced; instead a block copies its kQ6Warps·kR
+// lane's own loads could not be both wide and coalesced; instead a block copies its kQ6Warps
 // rows (contiguous bytes) into shared memory with 16-byte cp.async (every global load full and
 // coalesced, issued before pdl_wait: weights are never written by an earlier kernel), and lanes
 // read their fields from there.
@@ -277,8 +277,8 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, fl
 //   part = Σ_u sc_u · round(s_x,u · Σ_16 (q − 32)·q_x)   (the integer sum exact, biased as in
 //          block_terms.cuh: no conversion instruction),
 //   acc  = fma(d, part, acc),
-// lane j taking units j, j + 32, ...; then the warp sum. kN/kR change only which (row, token)
-// pairs a warp computes, never the terms or their order: every n equals decode bit for bit.
+// lane j taking units j, j + 32, ...; then the warp sum (a warp a row). kN changes only how many
+// tokens a warp computes, never the terms or their order: every n equals decode bit for bit.
 constexpr int kQ6Warps = 8;
 constexpr int kQ6SbBytes = 210;
 
@@ -342,18 +342,17 @@ __device__ __forceinline__ void cp_async16_w(void* smem, const void* gmem, int v
                : "memory");
 }
 
-template <int kN, int kR>
+template <int kN>
 __global__ void __launch_bounds__(kQ6Warps * 32, kN == 1 ? 4 : 3)
     matvec_q6k_kernel(const uint8_t* raw, int64_t rows, int cols, const int8_t* xq,
                       const Q8Ds* xds, int n, float* y, float cap, MvFlags mf) {
   extern __shared__ __align__(16) uint8_t tile[];
   pdl_trigger();
-  constexpr int kTileRows = kQ6Warps * kR;
   const int nsb = cols / 256, units = 4 * nsb;
   const int64_t row_bytes = static_cast<int64_t>(nsb) * kQ6SbBytes;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kQ6Warps;
   const int64_t begin = r0 * row_bytes;
-  const int64_t end = (r0 + kTileRows < rows ? r0 + kTileRows : rows) * row_bytes;
+  const int64_t end = (r0 + kQ6Warps < rows ? r0 + kQ6Warps : rows) * row_bytes;
   const int64_t total = rows * row_bytes, first = begin & ~int64_t{15};
   const uint64_t pol = weight_policy(mf.evict_first);
   if (!mf.preload) pdl_wait();
@@ -366,21 +365,14 @@ __global__ void __launch_bounds__(kQ6Warps * 32, kN == 1 ? 4 : 3)
   cp_async_wait<0>();
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = r0 + (threadIdx.x >> 5) * kR;
-  if (row0 >= rows) return;
+  const int64_t row = r0 + (threadIdx.x >> 5);  // a warp a row
+  if (row >= rows) return;
   const int t0 = blockIdx.y * kN;
-  const uint8_t* rbase[kR];  // rows past the end compute on the tile's first row, never stored
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    const int64_t row = row0 + r < rows ? row0 + r : r0;
-    rbase[r] = tile + (begin - first) + (row - r0) * row_bytes;
-  }
-  float acc[kR][kN] = {};
+  const uint8_t* rb = tile + (begin - first) + (row - r0) * row_bytes;
+  float acc[kN] = {};
   for (int unit = lane; unit < units; unit += 32) {
     const int s = unit >> 2, h = (unit >> 1) & 1, c = unit & 1;
-    Q6Unit wu[kR];
-#pragma unroll
-    for (int r = 0; r < kR; ++r) wu[r] = q6_unit(rbase[r] + s * kQ6SbBytes, h, c);
+    const Q6Unit wu = q6_unit(rb + s * kQ6SbBytes, h, c);
 #pragma unroll
     for (int t = 0; t < kN; ++t) {
       // Tokens past n read the last one and are not stored. Plain loads: the previous kernel
@@ -388,55 +380,42 @@ __global__ void __launch_bounds__(kQ6Warps * 32, kN == 1 ? 4 : 3)
       const int64_t tt = t0 + t < n ? t0 + t : n - 1;
       const int8_t* xt = xq + tt * cols + 256 * s + 128 * h + 16 * c;
       const Q8Ds* dt = xds + tt * (cols / 32) + 8 * s + 4 * h;
-      int4 xv[4];
-      float dx[4], ub[4];
+      float part = 0.0f;
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        xv[u] = *reinterpret_cast<const int4*>(xt + 32 * u);
-        dx[u] = dt[u].s;
-        ub[u] = isum_unbias(dx[u]);
+        const int4 xv = *reinterpret_cast<const int4*>(xt + 32 * u);
+        const float dx = dt[u].s;
+        int isum = __dp4a(wu.v[u][0], xv.x, kIsumBias);
+        isum = __dp4a(wu.v[u][1], xv.y, isum);
+        isum = __dp4a(wu.v[u][2], xv.z, isum);
+        isum = __dp4a(wu.v[u][3], xv.w, isum);
+        part = __fmaf_rn(wu.sc[u], __fmaf_rn(dx, __int_as_float(isum), isum_unbias(dx)), part);
       }
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        float part = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          int isum = __dp4a(wu[r].v[u][0], xv[u].x, kIsumBias);
-          isum = __dp4a(wu[r].v[u][1], xv[u].y, isum);
-          isum = __dp4a(wu[r].v[u][2], xv[u].z, isum);
-          isum = __dp4a(wu[r].v[u][3], xv[u].w, isum);
-          part = __fmaf_rn(wu[r].sc[u], __fmaf_rn(dx[u], __int_as_float(isum), ub[u]), part);
-        }
-        acc[r][t] = __fmaf_rn(wu[r].d, part, acc[r][t]);
-      }
+      acc[t] = __fmaf_rn(wu.d, part, acc[t]);
     }
   }
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int t = 0; t < kN; ++t) {
-      const float v = warp_sum(acc[r][t]);
-      if (lane == 0 && t0 + t < n && row0 + r < rows) {
-        y[static_cast<int64_t>(t0 + t) * rows + row0 + r] = cap > 0.0f ? cap * tanhf(v / cap) : v;
-      }
+  for (int t = 0; t < kN; ++t) {
+    const float v = warp_sum(acc[t]);
+    if (lane == 0 && t0 + t < n) {
+      y[static_cast<int64_t>(t0 + t) * rows + row] = cap > 0.0f ? cap * tanhf(v / cap) : v;
     }
   }
 }
 
-template <int kN, int kR>
+template <int kN>
 void launch_q6k(const DevMatrix& w, Q8Act xq, int n, float* y, float cap, cudaStream_t s,
                 MvFlags mf) {
-  constexpr int kTileRows = kQ6Warps * kR;
   const int64_t row_bytes = (w.cols / 256) * kQ6SbBytes;
-  const size_t smem = static_cast<size_t>(kTileRows * row_bytes + 32);
+  const size_t smem = static_cast<size_t>(kQ6Warps * row_bytes + 32);
   static const bool ready = [] {
-    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_q6k_kernel<kN, kR>,
+    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_q6k_kernel<kN>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
     return true;
   }();
   (void)ready;
-  const dim3 grid(static_cast<unsigned>((w.rows + kTileRows - 1) / kTileRows), (n + kN - 1) / kN);
-  launch(matvec_q6k_kernel<kN, kR>, grid, kQ6Warps * 32, smem, s, w.raw, w.rows,
+  const dim3 grid(static_cast<unsigned>((w.rows + kQ6Warps - 1) / kQ6Warps), (n + kN - 1) / kN);
+  launch(matvec_q6k_kernel<kN>, grid, kQ6Warps * 32, smem, s, w.raw, w.rows,
          static_cast<int>(w.cols), xq.q, xq.ds, n, y, cap, mf);
 }
 
@@ -523,9 +502,9 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
     // One token (decode), or 8 a pass (the rows pass: each weight tile read once for them).
     const MvFlags mf{t.mv_evict_first, t.mv_preload};
     if (n == 1) {
-      launch_q6k<1, 1>(w, xq, n, y, cap, s, mf);
+      launch_q6k<1>(w, xq, n, y, cap, s, mf);
     } else {
-      launch_q6k<8, 1>(w, xq, n, y, cap, s, mf);
+      launch_q6k<8>(w, xq, n, y, cap, s, mf);
     }
   } else {
     // F32 (the test models): one token, or 8 or 16 a warp over 4 or 2 rows a warp, so that each
