@@ -192,12 +192,34 @@ TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
   check_matvec(DType::kQ4_0, 37, 64);                    // ragged row count
 }
 
-TEST(CudaMatvec, Q8_0AndQ6_KHeadRows) {
+TEST(CudaMatvec, Q8_0HeadRows) {
   REQUIRE_GPU();
   check_matvec(DType::kQ8_0, 4096, 5376);
   check_matvec(DType::kQ8_0, 1000, 3840);
+}
+
+TEST(CudaMatvec, Q6_KHeadRows) {
+  REQUIRE_GPU();
   check_matvec(DType::kQ6_K, 2048, 3840);
+}
+
+TEST(CudaMatvec, Q6_KRaggedTail) {
+  REQUIRE_GPU();
   check_matvec(DType::kQ6_K, 777, 5376);
+}
+
+// Enough 8-row tiles (5000) that every block of the one-wave grid takes many, reusing each of
+// its shared-memory slots several times.
+TEST(CudaMatvec, Q6_KManyTilesABlock) {
+  REQUIRE_GPU();
+  check_matvec(DType::kQ6_K, 40000, 3840);
+}
+
+// All-Q6_K files' ffn_down: a 12B's rows take two shared-memory slots, a 31B's one.
+TEST(CudaMatvec, Q6_KWideRows) {
+  REQUIRE_GPU();
+  check_matvec(DType::kQ6_K, 300, 15360);
+  check_matvec(DType::kQ6_K, 100, 21504);
 }
 
 TEST(CudaMatvec, GatedGeluMatchesSeparateProducts) {

@@ -502,6 +502,14 @@ TEST(CudaMatmulN, HeadRowsQ8_0AndQ6_KWithSoftCap) {
     const Matrix w(DType::kQ6_K, 2000, 5376);
     check_all_n(w, nullptr, 0.0f, "31B head Q6_K 2000x5376");
   }
+  {
+    // All-Q6_K files' ffn_down (12B, 31B): too wide to stage 8 tokens beside a tile, so matvec
+    // takes their rows one token a grid row (still each equal to decode bit for bit).
+    const Matrix w12(DType::kQ6_K, 200, 15360);
+    check_all_n(w12, nullptr, 0.0f, "12B ffn_down Q6_K 200x15360");
+    const Matrix w31(DType::kQ6_K, 200, 21504);
+    check_all_n(w31, nullptr, 0.0f, "31B ffn_down Q6_K 200x21504");
+  }
 }
 
 // The rows pass's tensor-core form (matmul_rows_mma.cu) at the shapes it meets apart from the

@@ -4,8 +4,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/block_terms.cuh"
+#include "base/check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/weight_loads.cuh"
@@ -265,10 +267,12 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, fl
 
 // The Q6_K product (the Q6_K head of Google's QAT files: 262144 rows): q8 activations and dp4a,
 // as for Q4_0/Q8_0. Super-blocks are 210 bytes, so a row's fields are only 2-byte aligned and a
-// lane's own loads could not be both wide and coalesced; instead a block copies its kQ6Warps
-// rows (contiguous bytes) into shared memory with 16-byte cp.async (every global load full and
-// coalesced, issued before pdl_wait: weights are never written by an earlier kernel), and lanes
-// read their fields from there.
+// lane's own loads could not be both wide and coalesced. Instead each block streams tiles of
+// kQ6Warps rows (contiguous bytes) through a ring of kS shared-memory slots with 16-byte
+// cp.async (every global load full and coalesced; the first tiles issued before pdl_wait, as
+// weights are never written by an earlier kernel), and lanes read their fields from there. The
+// grid is one wave of blocks, each taking every gridDim.x-th tile, so the kN tokens' activations
+// are staged in shared memory once per block.
 //
 // A row's work unit (4 per super-block s; unit 4s + 2h + c) is 16 values l = 16c..16c+15 of each
 // quarter u of half h: ql bytes 64h + 16c (quarters 0, 2: low, high nibble) and 64h + 32 + 16c
@@ -277,9 +281,9 @@ __global__ void matvec_f_kernel(DevMatrix w, const float* x, int n, float* y, fl
 //   part = Σ_u sc_u · round(s_x,u · Σ_16 (q − 32)·q_x)   (the integer sum exact, biased as in
 //          block_terms.cuh: no conversion instruction),
 //   acc  = fma(d, part, acc),
-// lane j taking units j, j + 32, ...; then the warp sum (a warp a row). kN changes only how many
-// tokens a warp computes, never the terms or their order: every n equals decode bit for bit.
-constexpr int kQ6Warps = 8;
+// lane j taking units j, j + 32, ...; then the warp sum. kN changes only how many tokens a warp
+// computes, never the terms or their order: every n equals decode bit for bit.
+constexpr int kQ6Warps = 8;  // warps per block = rows per tile (a warp per row)
 constexpr int kQ6SbBytes = 210;
 
 // 16 bytes from a 2-byte-aligned shared address: five aligned words, shifted.
@@ -320,11 +324,9 @@ __device__ __forceinline__ Q6Unit q6_unit(const uint8_t* sb, int h, int c) {
     r.v[3][k] = q6_signed(bw[k] >> 4, hw[k] >> 2);
   }
   // sc[8h + 2u + c]: bytes c, c + 2 of the half's first four scale bytes, then of the next four.
-  const uint8_t* scp = sb + 192 + 8 * h;
-  const uint32_t s0 = *reinterpret_cast<const unsigned short*>(scp) |
-                      (static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(scp + 2)) << 16);
-  const uint32_t s1 = *reinterpret_cast<const unsigned short*>(scp + 4) |
-                      (static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(scp + 6)) << 16);
+  const unsigned short* scp = reinterpret_cast<const unsigned short*>(sb + 192 + 8 * h);
+  const uint32_t s0 = scp[0] | (static_cast<uint32_t>(scp[1]) << 16);
+  const uint32_t s1 = scp[2] | (static_cast<uint32_t>(scp[3]) << 16);
   r.sc[0] = static_cast<float>(static_cast<int8_t>(s0 >> (8 * c)));
   r.sc[1] = static_cast<float>(static_cast<int8_t>(s0 >> (8 * c + 16)));
   r.sc[2] = static_cast<float>(static_cast<int8_t>(s1 >> (8 * c)));
@@ -333,89 +335,196 @@ __device__ __forceinline__ Q6Unit q6_unit(const uint8_t* sb, int h, int c) {
   return r;
 }
 
-// 16 bytes global → shared through L2 with the weights' policy, the bytes past `valid` zero-filled
-// (the matrix's last 16-byte chunk).
-__device__ __forceinline__ void cp_async16_w(void* smem, const void* gmem, int valid, uint64_t pol) {
+// 16 bytes global → shared, the bytes past `valid` zero-filled (the matrix's last 16-byte chunk).
+// No L2 cache hint: with one (`.L2::cache_hint`, the weights' evict-first policy) inside the tile
+// loop, ptxas 13.0 placed the 64-bit policy descriptor in an odd uniform-register pair
+// (`desc[UR1]`), and every such copy faulted with an illegal instruction (H100, session 43).
+__device__ __forceinline__ void cp_async16_z(void* smem, const void* gmem, int valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst),
-               "l"(gmem), "r"(valid), "l"(pol)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(valid)
                : "memory");
 }
 
-template <int kN>
-__global__ void __launch_bounds__(kQ6Warps * 32, kN == 1 ? 4 : 3)
+// The shared-memory layout of a block: kN tokens' q8 values [kN][cols] (swizzled: q8_chunk), their
+// block scales [kN][cols/32], then kS tile slots of `slot` bytes (a tile's rows, from its first byte
+// rounded down to 16, plus the 16-byte chunk that ends past the last).
+struct Q6Smem {
+  int x_bytes, s_bytes, slot, stages;
+  __host__ __device__ static Q6Smem of(int n_tok, int stages, int cols) {
+    const int row_bytes = cols / 256 * kQ6SbBytes;
+    return {n_tok * cols, (n_tok * (cols / 32) * 4 + 15) / 16 * 16,
+            (kQ6Warps * row_bytes + 47) / 16 * 16, stages};
+  }
+  __host__ __device__ int total() const { return x_bytes + s_bytes + stages * slot; }
+};
+
+// Where 16-byte chunk j of a token's q8 values sits in shared memory. A 128-byte line holds the 8
+// chunks of one half h of super-block s (quarters u = 0..3, chunks 2u + c); a 16-byte load is
+// served 8 lanes at a time, and lanes 8q..8q+7 (units of lines 4q..4q+3, c = 0, 1) read chunk
+// 2u + c of each. XORing the chunk index with 2·(line mod 4) puts those 8 reads in 8 different
+// 16-byte bank groups.
+__device__ __forceinline__ int q8_chunk(int j) { return j ^ (((j >> 3) & 3) << 1); }
+
+template <int kN, int kS>
+__global__ void __launch_bounds__(kQ6Warps * 32)
     matvec_q6k_kernel(const uint8_t* raw, int64_t rows, int cols, const int8_t* xq,
                       const Q8Ds* xds, int n, float* y, float cap, MvFlags mf) {
-  extern __shared__ __align__(16) uint8_t tile[];
+  extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
+  const Q6Smem L = Q6Smem::of(kN, kS, cols);
+  int8_t* xs = reinterpret_cast<int8_t*>(smem);
+  float* ss = reinterpret_cast<float*>(smem + L.x_bytes);
+  uint8_t* slots = smem + L.x_bytes + L.s_bytes;
   const int nsb = cols / 256, units = 4 * nsb;
-  const int64_t row_bytes = static_cast<int64_t>(nsb) * kQ6SbBytes;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kQ6Warps;
-  const int64_t begin = r0 * row_bytes;
-  const int64_t end = (r0 + kQ6Warps < rows ? r0 + kQ6Warps : rows) * row_bytes;
-  const int64_t total = rows * row_bytes, first = begin & ~int64_t{15};
-  const uint64_t pol = weight_policy(mf.evict_first);
+  const int64_t row_bytes = static_cast<int64_t>(nsb) * kQ6SbBytes, total = rows * row_bytes;
+  const int64_t n_tiles = (rows + kQ6Warps - 1) / kQ6Warps;
+  const int tid = threadIdx.x;
+  // Tile k of this block (the k-th it takes) into slot k % kS; one commit group per call,
+  // empty past the last tile, so that group counts stay aligned.
+  auto issue = [&](int64_t k) {
+    const int64_t tile = blockIdx.x + k * gridDim.x;
+    if (tile < n_tiles) {
+      const int64_t r0 = tile * kQ6Warps;
+      const int64_t end = (r0 + kQ6Warps < rows ? r0 + kQ6Warps : rows) * row_bytes;
+      const int64_t first = (r0 * row_bytes) & ~int64_t{15};
+      uint8_t* slot = slots + (k % kS) * L.slot;
+      for (int64_t o = first + 16 * tid; o < end; o += 16 * kQ6Warps * 32) {
+        const int64_t left = total - o;
+        cp_async16_z(slot + (o - first), raw + o, left < 16 ? static_cast<int>(left) : 16);
+      }
+    }
+    cp_async_commit();
+  };
   if (!mf.preload) pdl_wait();
-  for (int64_t o = first + 16 * threadIdx.x; o < end; o += 16 * kQ6Warps * 32) {
-    const int64_t left = total - o;
-    cp_async16_w(tile + (o - first), raw + o, left < 16 ? static_cast<int>(left) : 16, pol);
+#pragma unroll
+  for (int k = 0; k < kS - 1; ++k) issue(k);
+  if (mf.preload) pdl_wait();
+  // The tokens t0.. of this grid row (past n: the last token again, never stored), as one group.
+  const int t0 = blockIdx.y * kN;
+  for (int i = tid; i < kN * cols / 16; i += kQ6Warps * 32) {
+    const int t = i / (cols / 16), tt = t0 + t < n ? t0 + t : n - 1;
+    const int j = i % (cols / 16);
+    cp_async16(xs + t * cols + 16 * q8_chunk(j), xq + static_cast<int64_t>(tt) * cols + 16 * j);
   }
   cp_async_commit();
-  if (mf.preload) pdl_wait();
-  cp_async_wait<0>();
-  __syncthreads();
-  const int lane = threadIdx.x & 31;
-  const int64_t row = r0 + (threadIdx.x >> 5);  // a warp a row
-  if (row >= rows) return;
-  const int t0 = blockIdx.y * kN;
-  const uint8_t* rb = tile + (begin - first) + (row - r0) * row_bytes;
-  float acc[kN] = {};
-  for (int unit = lane; unit < units; unit += 32) {
-    const int s = unit >> 2, h = (unit >> 1) & 1, c = unit & 1;
-    const Q6Unit wu = q6_unit(rb + s * kQ6SbBytes, h, c);
+  for (int i = tid; i < kN * (cols / 32); i += kQ6Warps * 32) {
+    const int t = i / (cols / 32), tt = t0 + t < n ? t0 + t : n - 1;
+    ss[i] = xds[static_cast<int64_t>(tt) * (cols / 32) + i % (cols / 32)].s;
+  }
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int64_t k = 0;; ++k) {
+    const int64_t tile = blockIdx.x + k * gridDim.x;
+    if (tile >= n_tiles) break;
+    issue(k + kS - 1);
+    // All but the newest kS − 1 groups done: tile k's (and, at k = 0, the tokens', committed
+    // after tiles 0..kS−2 and before tile kS − 1).
+    if (k == 0) {
+      cp_async_wait<(kS > 1 ? 1 : 0)>();
+    } else {
+      cp_async_wait<kS - 1>();
+    }
+    __syncthreads();
+    const int64_t r0 = tile * kQ6Warps, row = r0 + warp;
+    if (row < rows) {
+      const uint8_t* rb = slots + (k % kS) * L.slot + ((r0 * row_bytes) & 15) + warp * row_bytes;
+      float acc[kN] = {};
+      for (int unit = lane; unit < units; unit += 32) {
+        const int s = unit >> 2, h = (unit >> 1) & 1, c = unit & 1;
+        const Q6Unit wu = q6_unit(rb + s * kQ6SbBytes, h, c);
+        const int xj = 16 * s + 8 * h + c, so = 8 * s + 4 * h;  // chunk of quarter 0; its scale
 #pragma unroll
-    for (int t = 0; t < kN; ++t) {
-      // Tokens past n read the last one and are not stored. Plain loads: the previous kernel
-      // wrote x.
-      const int64_t tt = t0 + t < n ? t0 + t : n - 1;
-      const int8_t* xt = xq + tt * cols + 256 * s + 128 * h + 16 * c;
-      const Q8Ds* dt = xds + tt * (cols / 32) + 8 * s + 4 * h;
-      float part = 0.0f;
+        for (int t = 0; t < kN; ++t) {
+          float part = 0.0f;
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int4 xv = *reinterpret_cast<const int4*>(xt + 32 * u);
-        const float dx = dt[u].s;
-        int isum = __dp4a(wu.v[u][0], xv.x, kIsumBias);
-        isum = __dp4a(wu.v[u][1], xv.y, isum);
-        isum = __dp4a(wu.v[u][2], xv.z, isum);
-        isum = __dp4a(wu.v[u][3], xv.w, isum);
-        part = __fmaf_rn(wu.sc[u], __fmaf_rn(dx, __int_as_float(isum), isum_unbias(dx)), part);
+          for (int u = 0; u < 4; ++u) {
+            const int4 xv = *reinterpret_cast<const int4*>(xs + t * cols + 16 * q8_chunk(xj + 2 * u));
+            const float dx = ss[t * (cols / 32) + so + u];
+            int isum = __dp4a(wu.v[u][0], xv.x, kIsumBias);
+            isum = __dp4a(wu.v[u][1], xv.y, isum);
+            isum = __dp4a(wu.v[u][2], xv.z, isum);
+            isum = __dp4a(wu.v[u][3], xv.w, isum);
+            part = __fmaf_rn(wu.sc[u], __fmaf_rn(dx, __int_as_float(isum), isum_unbias(dx)), part);
+          }
+          acc[t] = __fmaf_rn(wu.d, part, acc[t]);
+        }
       }
-      acc[t] = __fmaf_rn(wu.d, part, acc[t]);
-    }
-  }
 #pragma unroll
-  for (int t = 0; t < kN; ++t) {
-    const float v = warp_sum(acc[t]);
-    if (lane == 0 && t0 + t < n) {
-      y[static_cast<int64_t>(t0 + t) * rows + row] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+      for (int t = 0; t < kN; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0 && t0 + t < n) {
+          y[static_cast<int64_t>(t0 + t) * rows + row] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+        }
+      }
     }
+    __syncthreads();  // the slot is refilled by the next iteration's issue
   }
+  cp_async_wait<0>();
 }
 
-template <int kN>
+// One launch form: kN tokens a block, kS slots; whether it fits, and its blocks a wave.
+struct Q6Form {
+  void (*kernel)(const uint8_t*, int64_t, int, const int8_t*, const Q8Ds*, int, float*, float,
+                 MvFlags);
+  int kN, kS;
+};
+template <int kN, int kS>
+constexpr Q6Form q6_form() {
+  return {matvec_q6k_kernel<kN, kS>, kN, kS};
+}
+
+// The first form, in order of preference, whose shared memory fits the device: every token of a
+// rows pass staged once, and three slots, for the head and the 12B/31B layers' widths; fewer
+// slots, then one token at a time (each a grid row: the weights read once per token), for the
+// widest rows (an all-Q6_K 31B's ffn_down: 17,640 bytes a row, 21,504 q8 values a token).
 void launch_q6k(const DevMatrix& w, Q8Act xq, int n, float* y, float cap, cudaStream_t s,
                 MvFlags mf) {
-  const int64_t row_bytes = (w.cols / 256) * kQ6SbBytes;
-  const size_t smem = static_cast<size_t>(kQ6Warps * row_bytes + 32);
-  static const bool ready = [] {
-    GEM_CUDA_CHECK(cudaFuncSetAttribute(matvec_q6k_kernel<kN>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-    return true;
-  }();
-  (void)ready;
-  const dim3 grid(static_cast<unsigned>((w.rows + kQ6Warps - 1) / kQ6Warps), (n + kN - 1) / kN);
-  launch(matvec_q6k_kernel<kN>, grid, kQ6Warps * 32, smem, s, w.raw, w.rows,
+  static const Q6Form one[] = {q6_form<1, 3>(), q6_form<1, 2>(), q6_form<1, 1>()};
+  static const Q6Form many[] = {q6_form<8, 3>(), q6_form<8, 2>(), q6_form<8, 1>(),
+                                q6_form<1, 3>(), q6_form<1, 2>(), q6_form<1, 1>()};
+  static int sms = 0, optin = 0;
+  if (sms == 0) {
+    int dev = 0;
+    GEM_CUDA_CHECK(cudaGetDevice(&dev));
+    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    GEM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    // Every form may take all the shared memory a block can have (set once: a captured graph's
+    // launches keep their own sizes).
+    for (const Q6Form& f : many) {
+      GEM_CUDA_CHECK(cudaFuncSetAttribute(f.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    }
+  }
+  // Per (one token or several, width): the form chosen and its blocks a wave, found once.
+  struct Choice {
+    bool single;
+    int64_t cols;
+    int form, smem, blocks_per_wave;
+  };
+  static std::vector<Choice> chosen;
+  const bool single = n == 1;
+  const Q6Form* forms = single ? one : many;
+  const int n_forms = single ? 3 : 6;
+  auto it = std::find_if(chosen.begin(), chosen.end(),
+                         [&](const Choice& c) { return c.single == single && c.cols == w.cols; });
+  if (it == chosen.end()) {
+    Choice c{single, w.cols, -1, 0, 0};
+    for (int i = 0; i < n_forms && c.form < 0; ++i) {
+      const int smem = Q6Smem::of(forms[i].kN, forms[i].kS, static_cast<int>(w.cols)).total();
+      int per_sm = 0;
+      if (smem <= optin) {
+        GEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, forms[i].kernel,
+                                                                     kQ6Warps * 32, smem));
+      }
+      if (per_sm > 0) c = Choice{single, w.cols, i, smem, per_sm * sms};
+    }
+    GEM_CHECK(c.form >= 0, "matvec: a Q6_K matrix of %lld columns does not fit shared memory",
+              static_cast<long long>(w.cols));
+    it = chosen.insert(chosen.end(), c);
+  }
+  const Q6Form& f = forms[it->form];
+  const int64_t n_tiles = (w.rows + kQ6Warps - 1) / kQ6Warps;
+  const int64_t blocks = std::min<int64_t>(n_tiles, it->blocks_per_wave);
+  const dim3 grid(static_cast<unsigned>(blocks), (n + f.kN - 1) / f.kN);
+  launch(f.kernel, grid, kQ6Warps * 32, static_cast<size_t>(it->smem), s, w.raw, w.rows,
          static_cast<int>(w.cols), xq.q, xq.ds, n, y, cap, mf);
 }
 
@@ -499,13 +608,8 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
       go(matvec_q_kernel<true, kRows, 2>);
     }
   } else if (w.type == WType::kQ6_K) {
-    // One token (decode), or 8 a pass (the rows pass: each weight tile read once for them).
-    const MvFlags mf{t.mv_evict_first, t.mv_preload};
-    if (n == 1) {
-      launch_q6k<1>(w, xq, n, y, cap, s, mf);
-    } else {
-      launch_q6k<8>(w, xq, n, y, cap, s, mf);
-    }
+    // One token (decode), or up to 8 a grid row (the rows pass: each tile read once for them).
+    launch_q6k(w, xq, n, y, cap, s, MvFlags{t.mv_evict_first, t.mv_preload});
   } else {
     // F32 (the test models): one token, or 8 or 16 a warp over 4 or 2 rows a warp, so that each
     // activation loaded serves several rows.

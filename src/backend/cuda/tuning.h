@@ -22,7 +22,8 @@ struct CudaTuning {
 
   // ---- products (matvec.cu) ----
   // Weights read with the L2 evict-first policy: each weight byte is read once per step, and the
-  // activations, norms and K/V should outlive them (12B 305 vs 295 tok/s).
+  // activations, norms and K/V should outlive them (12B 305 vs 295 tok/s). The Q6_K product's
+  // shared-memory copies take no L2 hint (matvec.cu says why).
   bool mv_evict_first = true;
   // The first round of weights is loaded before pdl_wait, the activations after: a product's
   // first bytes are in flight while the previous kernel finishes.
