@@ -18,6 +18,7 @@ namespace {
 struct SynthArgs {
   std::string profile = "tiny";
   std::string embedding;  // q8_0 | q6_k | f32 (default from the layout)
+  std::string matrices;   // an assistant's matrices: q4_0 | q8_0 (default from the layout)
   std::string layout = "prod";
   std::string fill = "auto";
   uint64_t seed = 1;
@@ -53,6 +54,17 @@ int run_synth(const SynthArgs& a) {
     opt.embd_type = DType::kQ6_K;
   } else if (a.embedding == "f32") {
     opt.embd_type = DType::kF32;
+  }
+  if (!a.matrices.empty()) {
+    if (a.assistant_for.empty()) {
+      return fail("synth", "--matrices " + a.matrices +
+                               ": sets an assistant's matrix type and needs --assistant-for "
+                               "(a model's matrices follow --layout: Q4_0 for prod, F32 for f32)");
+    }
+    if (a.layout == "f32") {
+      return fail("synth", "--matrices " + a.matrices + " with --layout f32: expected one of them");
+    }
+    opt.matrix_type = a.matrices == "q8_0" ? DType::kQ8_0 : DType::kQ4_0;
   }
   opt.fill = a.fill == "exact" ? model::SynthFill::kExact
              : a.fill == "fast" ? model::SynthFill::kFast
@@ -97,7 +109,8 @@ int run_synth(const SynthArgs& a) {
                                                     : "assistant of " + a.assistant_for;
   std::printf("%s: %s, layout %s, seed %llu, fill %s%s, %llu tensors, %.3f B parameters, %llu bytes, "
               "%.1f s (%.2f GB/s)\n",
-              a.output.c_str(), shape.c_str(), a.layout.c_str(), static_cast<unsigned long long>(a.seed),
+              a.output.c_str(), shape.c_str(), model::layout_label(opt).c_str(),
+              static_cast<unsigned long long>(a.seed),
               summary->fill.c_str(), a.sparse ? " (sparse data)" : "",
               static_cast<unsigned long long>(summary->n_tensors), summary->n_params / 1e9,
               static_cast<unsigned long long>(summary->file_bytes), summary->seconds,
@@ -111,6 +124,10 @@ RunFn setup_synth(CLI::App& sub) {
       ->check(CLI::IsMember({"12b", "31b", "tiny", "tiny6", "tiny256", "demo"}));
   sub.add_option("--embedding", a->embedding, "token_embd type (default: q8_0 for prod, f32 for f32)")
       ->check(CLI::IsMember({"q8_0", "q6_k", "f32"}));
+  sub.add_option("--matrices", a->matrices,
+                 "with --assistant-for: the assistant's matrix type, q4_0 (default) or q8_0 (as "
+                 "most public assistant files)")
+      ->check(CLI::IsMember({"q4_0", "q8_0"}));
   sub.add_option("--layout", a->layout, "prod: Q4_0 matrices, Q8_0 embedding; f32: everything F32")
       ->check(CLI::IsMember({"prod", "f32"}));
   sub.add_option("--fill", a->fill, "auto (exact below 2e9 parameters), exact or fast")

@@ -237,8 +237,24 @@ std::string geometry_json(const SynthGeometry& g) {
   return s + "}";
 }
 
+}  // namespace
+
+std::string layout_label(const SynthOptions& opt) {
+  const DType layout_embd = opt.layout == "f32" ? DType::kF32 : DType::kQ8_0;
+  const DType layout_mat = opt.layout == "f32" ? DType::kF32 : DType::kQ4_0;
+  std::string layout = opt.layout;
+  if (opt.embd_type != layout_embd || opt.matrix_type != layout_mat) {
+    layout += strprintf("(mat=%s,embd=%s)", std::string(dtype_name(opt.matrix_type)).c_str(),
+                        std::string(dtype_name(opt.embd_type)).c_str());
+  }
+  return layout;
+}
+
+namespace {
+
 uint32_t file_type_of(DType matrix_type) {
-  return matrix_type == DType::kQ4_0 ? 2u : 0u;  // llama_ftype MOSTLY_Q4_0 / ALL_F32
+  // llama_ftype MOSTLY_Q4_0 / MOSTLY_Q8_0 / ALL_F32
+  return matrix_type == DType::kQ4_0 ? 2u : matrix_type == DType::kQ8_0 ? 7u : 0u;
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -412,14 +428,7 @@ Result<std::string> build_synth_model(const SynthOptions& opt, const gguf::GgufF
   const bool fast = opt.fill == SynthFill::kFast || (opt.fill == SynthFill::kAuto && n_params >= 2000000000ull);
   const std::string fill = fast ? "fast" : "exact";
 
-  // Layout label as gguf_synth.py writes it: "prod" / "f32", or with the overridden types.
-  const DType layout_embd = opt.layout == "f32" ? DType::kF32 : DType::kQ8_0;
-  const DType layout_mat = opt.layout == "f32" ? DType::kF32 : DType::kQ4_0;
-  std::string layout = opt.layout;
-  if (opt.embd_type != layout_embd || opt.matrix_type != layout_mat) {
-    layout += strprintf("(mat=%s,embd=%s)", std::string(dtype_name(opt.matrix_type)).c_str(),
-                        std::string(dtype_name(opt.embd_type)).c_str());
-  }
+  const std::string layout = layout_label(opt);
   const std::string name =
       opt.name.empty() ? strprintf("gem-synth-%s-%s-s%llu", g.name.c_str(), opt.layout.c_str(),
                                    static_cast<unsigned long long>(opt.seed))
@@ -672,7 +681,7 @@ Result<SynthSummary> write_synth_assistant(const SynthOptions& opt, const Assist
   w.add_u32(A + ".nextn_predict_layers", u32(a.a_layer));
   w.add_u32("general.quantization_version", 2);
   w.add_u64("gem.synth.seed", opt.seed);
-  w.add_string("gem.synth.layout", opt.layout);
+  w.add_string("gem.synth.layout", layout_label(opt));
   w.add_string("gem.synth.fill", fast ? "fast" : "exact");
   w.add_string("gem.synth.geometry", geometry_json(g));
   for (const gguf::KeyValue& kv : vocab.kvs()) {

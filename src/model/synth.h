@@ -59,7 +59,7 @@ enum class SynthFill { kAuto, kExact, kFast };
 struct SynthOptions {
   SynthGeometry geometry;
   std::string layout = "prod";           // "prod" (Q4_0 matrices) or "f32"
-  DType matrix_type = DType::kQ4_0;      // Q4_0 or F32
+  DType matrix_type = DType::kQ4_0;      // Q4_0 or F32 (an assistant's: also Q8_0)
   DType embd_type = DType::kQ8_0;        // Q8_0, Q6_K or F32
   uint64_t seed = 1;
   SynthFill fill = SynthFill::kAuto;     // auto: exact below 2e9 parameters, fast above
@@ -84,6 +84,10 @@ struct SynthSummary {
 };
 // Builds and writes the model to `path` (sparse per opt.sparse). progress(done, total) as bytes
 // are written.
+// The layout label gguf_synth.py writes (gem.synth.layout): "prod" / "f32", or with the types
+// that differ from the layout's, e.g. "prod(mat=Q8_0,embd=Q8_0)".
+std::string layout_label(const SynthOptions& opt);
+
 Result<SynthSummary> write_synth_model(const SynthOptions& opt, const gguf::GgufFile& vocab,
                                        const std::string& path,
                                        const std::function<void(uint64_t, uint64_t)>& progress = {});

@@ -134,6 +134,30 @@ TEST(GemCli, SynthWithAMissingVocabularyFails) {
   EXPECT_NE(s.out.find("/nonexistent/vocab.gguf"), std::string::npos) << s.out;
 }
 
+// --matrices q8_0 writes an assistant with Q8_0 matrices (as most public assistant files), which
+// inspects as such and pairs with its target; for a model it is refused, naming why.
+TEST(GemCli, SynthWritesAQ8_0AssistantOnly) {
+  ASSERT_TRUE(test::file_exists(test::gem_binary())) << test::gem_binary();
+  const std::string model = test::fixture("tiny-q4_0.gguf");
+  GEM_REQUIRE_FIXTURE(model);
+  const std::string vocab = " --vocab " + test::source_dir() + "/data/gemma4-vocab.gguf";
+  const std::string path = test::temp_dir() + "/cli-q8_0-assistant.gguf";
+  CmdResult s = run_gem("synth --assistant-for " + model + " --matrices q8_0 -q -o " + path);
+  ASSERT_EQ(s.rc, 0) << s.out;
+  EXPECT_NE(s.out.find("layout prod(mat=Q8_0,embd=Q8_0)"), std::string::npos) << s.out;
+  CmdResult i = run_gem("inspect " + path + " --target " + model);
+  ASSERT_EQ(i.rc, 0) << i.out;
+  EXPECT_NE(i.out.find("Q8_0     23 tensors"), std::string::npos) << i.out;
+  EXPECT_EQ(i.out.find("Q4_0"), std::string::npos) << i.out;
+  CmdResult m = run_gem("synth --profile tiny --matrices q8_0 -q" + vocab + " -o " + test::temp_dir() + "/x8.gguf");
+  EXPECT_NE(m.rc, 0);
+  EXPECT_NE(m.out.find("--matrices q8_0: sets an assistant's matrix type and needs --assistant-for"),
+            std::string::npos) << m.out;
+  CmdResult bad = run_gem("synth --assistant-for " + model + " --matrices q6_k -q -o " + path);
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("q6_k"), std::string::npos) << bad.out;
+}
+
 // gem run --mtp: the assistant drafts, the greedy output is the same text as without it, and a
 // wrong file is named.
 TEST(GemCli, RunWithTheMtpAssistantPrintsWhatPlainGreedyPrints) {
