@@ -10,7 +10,9 @@
 #                                       same two tests on them; gem bench --mtp: plain decode, the
 #                                       random assistant and forced acceptance 1.0/0.9/0.7/0.5 in
 #                                       one run, with the round's parts (-v); then sampled
-#                                       (--temp 0.8): plain and the random assistant
+#                                       (--temp 0.8): plain and the random assistant; then
+#                                       forced 1.0 with a Q8_0 assistant (--matrices q8_0, the
+#                                       type of most public assistant files)
 #   bash bench/cuda/h200_mtp.sh 31b     the same for the 31B
 # Logs in $OUT (the device tool's return folder) or /tmp/gem-out: mtp.txt (the summary), build.log.
 set -u
@@ -53,6 +55,10 @@ build)
   log "gem bench --mtp $p sampled (--temp 0.8): plain and the random assistant"
   $GEM bench -m $M/g$p.gguf --backend cuda -p 512 -n 256 -r 3 --mtp $M/mtp-g$p.gguf \
     --temp 0.8 -v 2>>"$OUT/bench.log" | grep "temp" | tee -a "$OUT/mtp.txt"
+  [ -f $M/mtp8-g$p.gguf ] || $GEM synth --assistant-for $M/g$p.gguf --matrices q8_0 -q -o $M/mtp8-g$p.gguf >/dev/null 2>&1
+  log "gem bench --mtp $p with a Q8_0 assistant: forced acceptance 1.0"
+  $GEM bench -m $M/g$p.gguf --backend cuda -p 512 -n 256 -r 3 --mtp $M/mtp8-g$p.gguf \
+    --forced-acceptance 1 -v 2>>"$OUT/bench.log" | grep -E "forced|plain" | tee -a "$OUT/mtp.txt"
   ;;
 *) log "unknown step $step (build, 12b, 31b)"; exit 2 ;;
 esac
