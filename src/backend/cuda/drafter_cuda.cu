@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -293,7 +294,12 @@ void CudaDrafter::upload(int32_t token, std::span<const float> h, int pos) {
 void CudaDrafter::enqueue_step(int slot, int i) {
   const int E = cfg_.n_embd, Et = cfg_.n_embd_out, F = cfg_.n_ff, H = cfg_.n_heads;
   const float eps = cfg_.rms_eps;
-  const CudaTuning& t = be_.tuning_;
+  static const CudaTuning tt = [this] {
+    CudaTuning c = be_.tuning_;
+    if (const char* e = std::getenv("GEM_DRAFT_RES_CLUSTER")) c.res_cluster = std::atoi(e);  // wip A/B only
+    return c;
+  }();
+  const CudaTuning& t = tt;
   cudaStream_t s = be_.stream_;
   set_pdl(t.pdl == PdlMode::kAll);
   // z = W_pre · concat(E_target[c]·√Et, h).

@@ -32,6 +32,8 @@ __device__ __forceinline__ float q6k_value_mv(const uint8_t* sb, int j) {
 // 4096-row matrices), and each lane issues the loads of kUnroll blocks (32 blocks apart) before
 // using any of them. Rows past the end are clamped for loading and never stored.
 constexpr int kQWarps = 4;
+// Matrices of at most this many rows take one row a warp in matvec (see there).
+constexpr int64_t kShortRows = 2048;
 
 template <bool kQ8>
 struct WBlock {
@@ -594,8 +596,11 @@ void repack_blocks(const uint8_t* raw, int64_t n_blocks, bool q8, uint8_t* qs, _
 void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float cap,
             cudaStream_t s, const CudaTuning& t) {
   if (w.type == WType::kQ4_0 || w.type == WType::kQ8_0) {
-    constexpr int kRows = 2;
-    const int64_t rows_per_block = kQWarps * kRows;
+    // Two rows a warp; one for short matrices (the MTP assistant's 1,024-row products), whose
+    // two-row grid would not give every SM a block. A row's sum is the same either way (each
+    // lane takes the same blocks in the same order).
+    const int rows_per_warp = w.rows <= kShortRows ? 1 : 2;
+    const int64_t rows_per_block = kQWarps * rows_per_warp;
     const dim3 grid(static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block), n);
     const MvFlags mf{t.mv_evict_first, t.mv_preload};
     auto go = [&](auto kernel) {
@@ -603,9 +608,9 @@ void matvec(const DevMatrix& w, const float* x, Q8Act xq, int n, float* y, float
              xq.q, xq.ds, y, cap, mf);
     };
     if (w.type == WType::kQ4_0) {
-      go(matvec_q_kernel<false, kRows, 4>);
+      rows_per_warp == 1 ? go(matvec_q_kernel<false, 1, 4>) : go(matvec_q_kernel<false, 2, 4>);
     } else {
-      go(matvec_q_kernel<true, kRows, 2>);
+      rows_per_warp == 1 ? go(matvec_q_kernel<true, 1, 2>) : go(matvec_q_kernel<true, 2, 2>);
     }
   } else if (w.type == WType::kQ6_K) {
     // One token (decode), or up to 8 a grid row (the rows pass: each tile read once for them).

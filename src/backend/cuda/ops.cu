@@ -35,11 +35,12 @@ __device__ __forceinline__ float q6k_scale(const uint8_t* sb) {
 __global__ void embed_kernel(DevMatrix emb, const int32_t* tokens, float scale, float* x) {
   pdl_trigger();
   pdl_wait();
-  const int t = blockIdx.x;
+  const int t = blockIdx.y;
   const int64_t row = tokens[t];
   const int64_t cols = emb.cols;
   float* out = x + t * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v;
     if (emb.type == WType::kQ8_0) {
       v = static_cast<float>(reinterpret_cast<const int8_t*>(emb.qs)[row * cols + c]) *
@@ -201,7 +202,10 @@ void set_pdl(bool on) { pdl_on = on; }
 
 void embed(const DevMatrix& emb, const int32_t* tokens, int n, float scale, float* x,
            cudaStream_t s) {
-  launch(embed_kernel, n, 256, 0, s, emb, tokens, scale, x);
+  // A block per 256 columns: one block a row made the decode step's first kernel a chain of
+  // 15 dependent loads per thread (8-9 µs on the H100 for a 3,840-wide row, ncu).
+  const auto blocks = static_cast<unsigned>((emb.cols + 255) / 256);
+  launch(embed_kernel, dim3(blocks, static_cast<unsigned>(n)), 256, 0, s, emb, tokens, scale, x);
   GEM_CUDA_LAUNCHED();
 }
 
