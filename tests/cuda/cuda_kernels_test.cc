@@ -153,6 +153,52 @@ void check_matvec(DType type, int64_t rows, int64_t cols) {
   }
 }
 
+// The embedding lookup (a block per 256 columns of each token's row) against the CPU's row
+// dequantisation times the scale: exact for Q4_0, Q8_0 and F32 (one product each way), within a
+// rounding for Q6_K (d·sc·q grouped differently); widths with a partial last block of columns.
+TEST(CudaEmbed, RowsEqualTheCpuLookup) {
+  REQUIRE_GPU();
+  const std::vector<int32_t> tokens = {5, 0, 97, 5};
+  const float scale = std::sqrt(3840.0f);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ6_K, DType::kF32}) {
+    for (int64_t cols : {int64_t{3840}, int64_t{5376}, int64_t{800}}) {
+      if (type == DType::kQ6_K && cols % 256 != 0) continue;  // Q6_K rows are whole super-blocks
+      const int64_t rows = 100;
+      std::vector<uint8_t> raw;
+      if (type == DType::kQ6_K) {
+        raw = random_q6k(rows, cols);
+      } else if (type == DType::kF32) {
+        const std::vector<float> f = randn(rows * cols);
+        raw.resize(f.size() * sizeof(float));
+        std::memcpy(raw.data(), f.data(), raw.size());
+      } else {
+        raw = random_blocks(type, rows, cols);
+      }
+      const model::TensorView w = view(type, raw, rows, cols);
+      DevWeights dw(type, raw, rows, cols);
+      Dev<int32_t> dt(tokens);
+      Dev<float> dx(tokens.size() * cols);
+      cuda::embed(dw.m, dt.p, static_cast<int>(tokens.size()), scale, dx.p, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> x = dx.get();
+      std::vector<float> row(cols);
+      int bad = 0;
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        cpu::get_row(w, tokens[t], row.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          const float want = row[c] * scale, got = x[t * cols + c];
+          const float tol = type == DType::kQ6_K ? 4e-7f * std::fabs(want) : 0.0f;
+          if (!(std::fabs(got - want) <= tol) && bad++ < 5) {
+            ADD_FAILURE() << dtype_name(type) << " width " << cols << " token " << t << " col "
+                          << c << ": gpu " << got << " cpu " << want;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << dtype_name(type) << " width " << cols;
+    }
+  }
+}
+
 // The tuning record's environment overrides (host code: runs without a GPU): the defaults when
 // unset, a listed value taken, anything else the default.
 TEST(CudaTuning, EnvOverridesTakeOnlyListedValues) {
@@ -190,6 +236,18 @@ TEST(CudaMatvec, Q4_0At12BAnd31BWidths) {
   check_matvec(DType::kQ4_0, 3840, 15360);               // 12B ffn_down
   check_matvec(DType::kQ4_0, 16384 + 2048, 5376);        // 31B full q|k
   check_matvec(DType::kQ4_0, 37, 64);                    // ragged row count
+}
+
+// Matrices of at most 2,048 rows take one row a warp (the MTP assistant's products: its
+// pre-projection, attention output and down over 1,024 rows); the boundary and one row past it.
+TEST(CudaMatvec, ShortMatricesOneRowAWarp) {
+  REQUIRE_GPU();
+  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+    check_matvec(t, 1024, 8192);  // assistant ffn_down
+    check_matvec(t, 1024, 7680);  // 12B assistant pre-projection
+    check_matvec(t, 2048, 1024);
+    check_matvec(t, 2049, 1024);
+  }
 }
 
 TEST(CudaMatvec, Q8_0HeadRows) {
