@@ -33,6 +33,7 @@ struct CudaTuning {
   // Blocks per row of a one-row (decode) residual epilogue, 1, 2, 4 or 8 (a cluster whose
   // reductions go through distributed shared memory); prompt tiles keep one block per row. 8:
   // 31B decode 1.2-1.9 % faster than 1, the 12B within noise; 2 was 1-2 % slower.
+  // The MTP drafter's 1,024-wide rows take 1 (drafter_cuda.cu).
   int res_cluster = 8;
 
   // ---- decode attention (attention_decode.cu) ----
