@@ -54,7 +54,9 @@ wait_exit() {
   st=timeout
 }
 
-body_long='{"messages":[{"role":"user","content":"anything"}],"stream":true,"max_tokens":400}'
+# Sampled from pseudo-random logits (no script entry matches): ignore_eos, so that an end-of-turn
+# token among them cannot end the stream early.
+body_long='{"messages":[{"role":"user","content":"anything"}],"stream":true,"max_tokens":400,"ignore_eos":true}'
 body_short='{"messages":[{"role":"user","content":"Say hello"}],"stream":true}'
 
 # 1. Busy port: the second server fails and names the port (before: SO_REUSEPORT, silent split).
